@@ -1,0 +1,10 @@
+; Chunk definitions for C (tags.scm capture convention).
+
+(function_definition declarator: (function_declarator declarator: (identifier) @name)) @definition.function
+(function_definition declarator: (pointer_declarator declarator: (function_declarator declarator: (identifier) @name))) @definition.function
+(function_definition declarator: (pointer_declarator declarator: (pointer_declarator declarator: (function_declarator declarator: (identifier) @name)))) @definition.function
+(struct_specifier name: (type_identifier) @name body: (_)) @definition.struct
+(union_specifier name: (type_identifier) @name body: (_)) @definition.union
+(enum_specifier name: (type_identifier) @name body: (_)) @definition.enum
+(type_definition declarator: (type_identifier) @name) @definition.type
+(preproc_function_def name: (identifier) @name) @definition.macro

@@ -1,0 +1,21 @@
+; Chunk definitions for JavaScript and JSX (tags.scm capture convention).
+
+(export_statement declaration: (function_declaration name: (identifier) @name)) @definition.function
+(export_statement declaration: (generator_function_declaration name: (identifier) @name)) @definition.function
+(export_statement declaration: (class_declaration name: (identifier) @name)) @definition.class
+(export_statement declaration: (lexical_declaration
+  (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]))) @definition.function
+
+(function_declaration name: (identifier) @name) @definition.function
+(generator_function_declaration name: (identifier) @name) @definition.function
+(class_declaration name: (identifier) @name) @definition.class
+(method_definition name: (_) @name) @definition.method
+
+(program (lexical_declaration
+  (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
+(program (variable_declaration
+  (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
+
+(program (expression_statement (assignment_expression
+  left: (member_expression property: (property_identifier) @name)
+  right: [(arrow_function) (function_expression)])) @definition.function)

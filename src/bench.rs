@@ -1,0 +1,232 @@
+//! `ken bench index ROOT`: throughput, memory and latency, each next to a
+//! baseline measured in the same run (the machines are shared and noisy, so
+//! ratios are what compare across runs).
+//!
+//! Baselines: for indexing, walking the same files and reading + hashing them
+//! (the I/O floor); for queries, the bare FTS5 `MATCH ... ORDER BY rank` on
+//! the same terms (the storage engine's floor, without ken's rerank).
+
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::discover::{self, DiscoverOptions};
+use crate::index::{self, IndexOptions, IndexReport};
+use crate::lexical::QueryTerms;
+use crate::search::{SearchRequest, Searcher};
+
+pub struct BenchOptions {
+    pub root: PathBuf,
+    pub queries: Option<PathBuf>,
+    pub iterations: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub root: String,
+    pub files: u64,
+    pub lines: u64,
+    pub megabytes: f64,
+    pub chunks: u64,
+    /// Walk + read + xxh3 of every candidate file.
+    pub baseline_read_seconds: f64,
+    pub cold_index_seconds: f64,
+    pub cold_files_per_second: f64,
+    pub cold_lines_per_second: f64,
+    pub cold_megabytes_per_second: f64,
+    pub reindex_seconds: f64,
+    pub peak_rss_megabytes: f64,
+    pub index_megabytes: f64,
+    pub queries: usize,
+    pub query_p50_ms: f64,
+    pub query_p95_ms: f64,
+    pub baseline_query_p50_ms: f64,
+    pub baseline_query_p95_ms: f64,
+}
+
+pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
+    let root = opts
+        .root
+        .canonicalize()
+        .with_context(|| format!("cannot benchmark {}: no such directory", opts.root.display()))?;
+    let index_dir = std::env::temp_dir().join(format!("ken-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&index_dir);
+    let result = run_in(&root, &index_dir, opts);
+    let _ = std::fs::remove_dir_all(&index_dir);
+    result
+}
+
+fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptions) -> Result<BenchReport> {
+    let t = Instant::now();
+    let found = discover::discover(root, &DiscoverOptions::default());
+    let (bytes, lines): (u64, u64) = found
+        .files
+        .par_iter()
+        .filter_map(|c| std::fs::read(&c.abs_path).ok())
+        .map(|b| {
+            let _ = xxhash_rust::xxh3::xxh3_64(&b);
+            (b.len() as u64, bytecount_newlines(&b))
+        })
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let baseline_read_seconds = t.elapsed().as_secs_f64();
+
+    let index_opts = IndexOptions::default();
+    let cold: IndexReport = index::index(root, index_dir, &index_opts)?;
+    let peak_rss_megabytes = peak_rss_bytes() as f64 / 1e6;
+    let again = index::index(root, index_dir, &index_opts)?;
+
+    let searcher = Searcher::open(root, index_dir)?;
+    let queries = match &opts.queries {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => sample_queries(&searcher)?,
+    };
+    let iterations = opts.iterations.max(1);
+    let mut ken_ms = Vec::new();
+    let mut base_ms = Vec::new();
+    for query in &queries {
+        let req = SearchRequest::new(query.clone());
+        let terms = QueryTerms::parse(query);
+        let fts = QueryTerms::fts_match(&terms.terms);
+        for _ in 0..iterations {
+            let t = Instant::now();
+            searcher.search(&req)?;
+            ken_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if !terms.is_empty() {
+                let t = Instant::now();
+                let mut stmt = searcher
+                    .store()
+                    .conn
+                    .prepare_cached("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT 10")?;
+                let n = stmt.query_map([&fts], |r| r.get::<_, i64>(0))?.count();
+                std::hint::black_box(n);
+                base_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    let megabytes = bytes as f64 / 1e6;
+    let secs = cold.seconds.max(1e-9);
+    Ok(BenchReport {
+        root: root.display().to_string(),
+        files: cold.files,
+        lines,
+        megabytes,
+        chunks: cold.chunks,
+        baseline_read_seconds,
+        cold_index_seconds: cold.seconds,
+        cold_files_per_second: cold.files as f64 / secs,
+        cold_lines_per_second: lines as f64 / secs,
+        cold_megabytes_per_second: megabytes / secs,
+        reindex_seconds: again.seconds,
+        peak_rss_megabytes,
+        index_megabytes: dir_size(index_dir) as f64 / 1e6,
+        queries: queries.len(),
+        query_p50_ms: percentile(&mut ken_ms, 0.50),
+        query_p95_ms: percentile(&mut ken_ms, 0.95),
+        baseline_query_p50_ms: percentile(&mut base_ms, 0.50),
+        baseline_query_p95_ms: percentile(&mut base_ms, 0.95),
+    })
+}
+
+/// Queries made from the index itself: symbol names (identifier lookups)
+/// and their words (keyword searches), picked evenly across the index.
+fn sample_queries(searcher: &Searcher) -> Result<Vec<String>> {
+    let mut stmt = searcher.store().conn.prepare(
+        "SELECT symbol FROM chunks WHERE symbol IS NOT NULL AND length(symbol) > 5
+         AND id % 97 = 0 ORDER BY id LIMIT 100",
+    )?;
+    let symbols: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut queries = symbols.clone();
+    for pair in symbols.chunks(2) {
+        let words: Vec<String> = pair
+            .iter()
+            .flat_map(|s| {
+                crate::lexical::split_identifier(s)
+                    .into_iter()
+                    .map(str::to_lowercase)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        queries.push(words.join(" "));
+    }
+    Ok(queries)
+}
+
+fn bytecount_newlines(b: &[u8]) -> u64 {
+    b.iter().filter(|&&c| c == b'\n').count() as u64
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let idx = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values[idx]
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| it.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+/// Peak resident set size of this process, in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_maxrss as u64 * 1024
+}
+
+impl BenchReport {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "ken bench index {}", self.root);
+        let _ = writeln!(
+            s,
+            "  corpus:            {} files, {} lines, {:.1} MB -> {} chunks",
+            self.files, self.lines, self.megabytes, self.chunks
+        );
+        let _ = writeln!(s, "  baseline (walk+read+xxh3): {:.3} s", self.baseline_read_seconds);
+        let _ = writeln!(
+            s,
+            "  cold index:        {:.3} s  ({:.1}x baseline; {:.0} files/s, {:.0} lines/s, {:.1} MB/s)",
+            self.cold_index_seconds,
+            self.cold_index_seconds / self.baseline_read_seconds.max(1e-9),
+            self.cold_files_per_second,
+            self.cold_lines_per_second,
+            self.cold_megabytes_per_second
+        );
+        let _ = writeln!(
+            s,
+            "  no-change reindex: {:.3} s  ({:.2}x baseline)",
+            self.reindex_seconds,
+            self.reindex_seconds / self.baseline_read_seconds.max(1e-9)
+        );
+        let _ = writeln!(s, "  peak RSS:          {:.0} MB", self.peak_rss_megabytes);
+        let _ = writeln!(s, "  index size:        {:.1} MB", self.index_megabytes);
+        let _ = writeln!(
+            s,
+            "  queries ({}):      p50 {:.2} ms, p95 {:.2} ms  (bare FTS5 baseline p50 {:.2} ms, p95 {:.2} ms; {:.1}x)",
+            self.queries,
+            self.query_p50_ms,
+            self.query_p95_ms,
+            self.baseline_query_p50_ms,
+            self.baseline_query_p95_ms,
+            self.query_p50_ms / self.baseline_query_p50_ms.max(1e-9)
+        );
+        s
+    }
+}

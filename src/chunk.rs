@@ -1,0 +1,560 @@
+//! Cutting a file into chunks: the units that are indexed, embedded and returned.
+//!
+//! Definitions come from the language's `chunks.scm` query (captures named
+//! `@definition.<kind>` with an optional `@name`). Containers (classes, impls,
+//! sections...) give a header chunk and one chunk per member; functions are one
+//! chunk each; whatever no definition covers (imports, top-level statements)
+//! becomes `module` chunks, so every line of a file belongs to some chunk.
+//! Anything longer than the limits is split at syntax boundaries with a few
+//! lines of overlap. Files without a grammar are cut into line windows.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
+
+use crate::lang::Language;
+
+/// Limits that decide when a chunk is split.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkLimits {
+    pub max_lines: usize,
+    pub max_bytes: usize,
+    /// Lines repeated at the start of the next part when a chunk is split.
+    pub overlap_lines: usize,
+}
+
+impl Default for ChunkLimits {
+    fn default() -> Self {
+        ChunkLimits {
+            max_lines: 80,
+            max_bytes: 4000,
+            overlap_lines: 3,
+        }
+    }
+}
+
+/// One indexed unit of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// First line, 1-based inclusive.
+    pub start_line: u32,
+    /// Last line, 1-based inclusive.
+    pub end_line: u32,
+    pub start_byte: u32,
+    pub end_byte: u32,
+    pub kind: String,
+    /// Name of the definition, if the chunk is (part of) one.
+    pub symbol: Option<String>,
+    /// Signatures of the enclosing definitions (e.g. the class of a method),
+    /// outermost first, one per line.
+    pub context: Option<String>,
+    /// The exact source text of the chunk's lines.
+    pub text: String,
+}
+
+/// Kinds whose members become chunks of their own.
+const CONTAINER_KINDS: &[&str] = &[
+    "class",
+    "struct",
+    "enum",
+    "interface",
+    "trait",
+    "impl",
+    "module",
+    "namespace",
+    "object",
+    "section",
+    "union",
+];
+
+/// A function defined directly inside one of these is a method.
+const METHOD_OWNER_KINDS: &[&str] = &["class", "struct", "enum", "interface", "trait", "impl", "object"];
+
+/// Node kinds that attach to the definition that follows them.
+fn is_leading_trivia(kind: &str) -> bool {
+    kind.contains("comment")
+        || kind.contains("attribute")
+        || kind.contains("decorator")
+        || kind.contains("annotation")
+        || kind == "pragma"
+}
+
+/// Chunks a file. `lang` is `None` for files without a grammar.
+pub fn chunk_source(lang: Option<&Language>, source: &str, limits: &ChunkLimits) -> Result<Vec<Chunk>> {
+    let lines = Lines::new(source);
+    if lines.count() == 0 {
+        return Ok(Vec::new());
+    }
+    match lang {
+        Some(lang) => chunk_with_grammar(lang, source, &lines, limits),
+        None => Ok(chunk_plain_text(source, &lines, limits)),
+    }
+}
+
+/// Byte offsets of line starts, for converting rows to spans.
+struct Lines {
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl Lines {
+    fn new(source: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(source.match_indices('\n').map(|(i, _)| i + 1));
+        if starts.last() == Some(&source.len()) {
+            starts.pop();
+        }
+        if source.is_empty() {
+            starts.clear();
+        }
+        Lines {
+            starts,
+            len: source.len(),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.starts.len()
+    }
+
+    fn start(&self, row: usize) -> usize {
+        self.starts[row]
+    }
+
+    fn end(&self, row: usize) -> usize {
+        self.starts.get(row + 1).copied().unwrap_or(self.len)
+    }
+
+    fn text<'s>(&self, source: &'s str, row: usize) -> &'s str {
+        &source[self.start(row)..self.end(row)]
+    }
+}
+
+/// A definition found by the query, with its rows after attaching leading
+/// comments and decorators.
+struct Def<'t> {
+    node: Node<'t>,
+    kind: String,
+    name: Option<String>,
+    start_row: usize,
+    end_row: usize,
+    children: Vec<Def<'t>>,
+}
+
+fn end_row(node: &Node) -> usize {
+    let end = node.end_position();
+    if end.column == 0 && end.row > node.start_position().row {
+        end.row - 1
+    } else {
+        end.row
+    }
+}
+
+fn chunk_with_grammar(lang: &Language, source: &str, lines: &Lines, limits: &ChunkLimits) -> Result<Vec<Chunk>> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&lang.grammar())
+        .with_context(|| format!("loading the {} grammar", lang.name))?;
+    let tree = parser
+        .parse(source, None)
+        .with_context(|| format!("parsing {} source", lang.name))?;
+    let root = tree.root_node();
+    let defs = find_definitions(lang, root, source)?;
+    let mut out = ChunkSink::new(source, lines, limits);
+    emit_level(&mut out, root, &defs, 0, lines.count() - 1, "module", None, &[]);
+    Ok(out.finish())
+}
+
+fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result<Vec<Def<'t>>> {
+    let query = lang.chunks_query()?;
+    let names = query.capture_names();
+    let mut cursor = QueryCursor::new();
+    let mut matches = cursor.matches(query, root, source.as_bytes());
+    // Keyed by node span so that two patterns matching one node yield one definition.
+    let mut found: BTreeMap<(usize, std::cmp::Reverse<usize>), Def<'t>> = BTreeMap::new();
+    while let Some(m) = matches.next() {
+        let mut def_node = None;
+        let mut kind = None;
+        let mut name = None;
+        for cap in m.captures() {
+            let cap_name = names[cap.index as usize];
+            if let Some(k) = cap_name.strip_prefix("definition.") {
+                def_node = Some(cap.node);
+                kind = Some(k);
+            } else if cap_name == "name" && name.is_none() {
+                name = cap.node.utf8_text(source.as_bytes()).ok().map(clean_name);
+            }
+        }
+        let (Some(node), Some(kind)) = (def_node, kind) else {
+            continue;
+        };
+        let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
+        found.entry(key).or_insert_with(|| Def {
+            node,
+            kind: kind.to_string(),
+            name,
+            start_row: leading_trivia_start(node),
+            end_row: end_row(&node),
+            children: Vec::new(),
+        });
+    }
+    Ok(nest(found.into_values().collect()))
+}
+
+/// Names are shown on one line; heading texts and the like may span several.
+/// Generic arguments (`Parser<'a, T>`) are not part of a name.
+fn clean_name(raw: &str) -> String {
+    let one_line: String = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    let base = match one_line.split_once('<') {
+        Some((head, _)) if !head.is_empty() && !head.contains(' ') => head,
+        _ => &one_line,
+    };
+    base.chars().take(200).collect()
+}
+
+/// The row where a definition starts once the doc comments, attributes and
+/// decorators directly above it are included.
+fn leading_trivia_start(node: Node) -> usize {
+    let mut start = node.start_position().row;
+    let mut cur = node;
+    while let Some(prev) = cur.prev_sibling() {
+        if !is_leading_trivia(prev.kind()) || end_row(&prev) + 1 < start {
+            break;
+        }
+        start = prev.start_position().row;
+        cur = prev;
+    }
+    start
+}
+
+/// Builds the containment tree from definitions sorted by (start asc, end desc).
+fn nest(sorted: Vec<Def<'_>>) -> Vec<Def<'_>> {
+    fn insert<'t>(level: &mut Vec<Def<'t>>, def: Def<'t>) {
+        if let Some(last) = level.last_mut() {
+            let inside = def.node.start_byte() >= last.node.start_byte() && def.node.end_byte() <= last.node.end_byte();
+            if inside {
+                // A wrapper (decorated or exported definition) and the definition it
+                // wraps are one definition.
+                let same = def.kind == last.kind && def.name == last.name;
+                if !same {
+                    insert(&mut last.children, def);
+                }
+                return;
+            }
+        }
+        level.push(def);
+    }
+    let mut top = Vec::new();
+    for def in sorted {
+        insert(&mut top, def);
+    }
+    top
+}
+
+/// Collects chunks in order and merges trivial gaps into their neighbours.
+struct ChunkSink<'s> {
+    source: &'s str,
+    lines: &'s Lines,
+    limits: &'s ChunkLimits,
+    chunks: Vec<Chunk>,
+    /// Rows with nothing but whitespace or punctuation that no chunk took yet.
+    pending_trivial: Option<(usize, usize)>,
+}
+
+struct Span<'a> {
+    start_row: usize,
+    end_row: usize,
+    kind: &'a str,
+    symbol: Option<&'a str>,
+    context: &'a [String],
+}
+
+impl<'s> ChunkSink<'s> {
+    fn new(source: &'s str, lines: &'s Lines, limits: &'s ChunkLimits) -> Self {
+        ChunkSink {
+            source,
+            lines,
+            limits,
+            chunks: Vec::new(),
+            pending_trivial: None,
+        }
+    }
+
+    fn is_trivial(&self, start_row: usize, end_row: usize) -> bool {
+        let text = &self.source[self.lines.start(start_row)..self.lines.end(end_row)];
+        !text.chars().any(char::is_alphanumeric)
+    }
+
+    /// Rows no definition covers: trivial ones (blank lines, closing braces)
+    /// join the previous chunk, the rest become chunks of their own.
+    fn gap(
+        &mut self,
+        start_row: usize,
+        end_row: usize,
+        node: Node,
+        span_kind: &str,
+        symbol: Option<&str>,
+        context: &[String],
+    ) {
+        if start_row > end_row {
+            return;
+        }
+        if self.is_trivial(start_row, end_row) {
+            if let Some(last) = self.chunks.last_mut() {
+                if last.end_line as usize == start_row {
+                    let end_byte = self.lines.end(end_row);
+                    last.text.push_str(&self.source[last.end_byte as usize..end_byte]);
+                    last.end_line = end_row as u32 + 1;
+                    last.end_byte = end_byte as u32;
+                    return;
+                }
+            }
+            self.pending_trivial = Some(match self.pending_trivial {
+                Some((s, _)) => (s, end_row),
+                None => (start_row, end_row),
+            });
+            return;
+        }
+        let span = Span {
+            start_row,
+            end_row,
+            kind: span_kind,
+            symbol,
+            context,
+        };
+        self.emit(span, Some(node));
+    }
+
+    /// Emits one span, split at syntax boundaries under `node` if too long.
+    fn emit(&mut self, span: Span, node: Option<Node>) {
+        let mut start_row = span.start_row;
+        if let Some((s, _)) = self.pending_trivial.take() {
+            start_row = start_row.min(s);
+        }
+        let bytes = self.lines.end(span.end_row) - self.lines.start(start_row);
+        let rows = span.end_row - start_row + 1;
+        if rows <= self.limits.max_lines && bytes <= self.limits.max_bytes {
+            self.push(start_row, span.end_row, &span);
+            return;
+        }
+        let boundaries = match node {
+            Some(node) => syntax_boundaries(node, start_row, span.end_row),
+            None => blank_line_boundaries(self.source, self.lines, start_row, span.end_row),
+        };
+        for (s, e) in self.split(start_row, span.end_row, &boundaries) {
+            self.push(s, e, &span);
+        }
+    }
+
+    /// Cuts [start, end] into windows within the limits, preferring to cut
+    /// where a boundary row starts; windows overlap by a few rows.
+    fn split(&self, start: usize, end: usize, boundaries: &[usize]) -> Vec<(usize, usize)> {
+        let mut windows = Vec::new();
+        let mut s = start;
+        loop {
+            let mut limit = (s + self.limits.max_lines - 1).min(end);
+            while limit > s && self.lines.end(limit) - self.lines.start(s) > self.limits.max_bytes {
+                limit -= 1;
+            }
+            if limit >= end {
+                windows.push((s, end));
+                return windows;
+            }
+            // Cut before the last boundary that keeps the window within the limit,
+            // unless that leaves a window of less than a quarter of the limit.
+            let min_rows = (limit - s + 1) / 4;
+            let cut = boundaries
+                .iter()
+                .rev()
+                .copied()
+                .find(|&b| b > s + min_rows && b <= limit + 1)
+                .unwrap_or(limit + 1);
+            windows.push((s, cut - 1));
+            let overlap = self.limits.overlap_lines.min((cut - s) / 2);
+            s = cut - overlap;
+        }
+    }
+
+    fn push(&mut self, start_row: usize, end_row: usize, span: &Span) {
+        let start_byte = self.lines.start(start_row);
+        let end_byte = self.lines.end(end_row);
+        let context = if span.context.is_empty() {
+            None
+        } else {
+            Some(span.context.join("\n"))
+        };
+        self.chunks.push(Chunk {
+            start_line: start_row as u32 + 1,
+            end_line: end_row as u32 + 1,
+            start_byte: start_byte as u32,
+            end_byte: end_byte as u32,
+            kind: span.kind.to_string(),
+            symbol: span.symbol.map(str::to_string),
+            context,
+            text: self.source[start_byte..end_byte].to_string(),
+        });
+    }
+
+    fn finish(mut self) -> Vec<Chunk> {
+        // Trivial rows at the very end (or a file of nothing but those).
+        if let Some((s, e)) = self.pending_trivial.take() {
+            match self.chunks.last_mut() {
+                Some(last) => {
+                    let end_byte = self.lines.end(e);
+                    last.text.push_str(&self.source[last.end_byte as usize..end_byte]);
+                    last.end_line = e as u32 + 1;
+                    last.end_byte = end_byte as u32;
+                }
+                None => {
+                    let span = Span {
+                        start_row: s,
+                        end_row: e,
+                        kind: "module",
+                        symbol: None,
+                        context: &[],
+                    };
+                    self.push(s, e, &span);
+                }
+            }
+        }
+        self.chunks
+    }
+}
+
+/// Emits the chunks of rows [start, end] that hold `defs` (sorted, disjoint
+/// at this level); rows between them are gap chunks of `gap_kind`.
+#[allow(clippy::too_many_arguments)]
+fn emit_level(
+    out: &mut ChunkSink,
+    parent: Node,
+    defs: &[Def],
+    start: usize,
+    end: usize,
+    gap_kind: &str,
+    gap_symbol: Option<&str>,
+    context: &[String],
+) {
+    let mut cursor = start;
+    for def in defs {
+        // Two definitions on one row: the later one starts after the earlier.
+        let def_start = def.start_row.max(cursor);
+        if def_start > def.end_row || def.end_row > end {
+            continue;
+        }
+        out.gap(cursor, def_start - 1, parent, gap_kind, gap_symbol, context);
+        emit_def(out, def, def_start, parent_kind_of(gap_kind, gap_symbol), context);
+        cursor = def.end_row + 1;
+    }
+    if cursor <= end {
+        out.gap(cursor, end, parent, gap_kind, gap_symbol, context);
+    }
+}
+
+/// The kind of the definition that owns a level, or None at file level.
+fn parent_kind_of<'a>(gap_kind: &'a str, gap_symbol: Option<&str>) -> Option<&'a str> {
+    gap_symbol.map(|_| gap_kind)
+}
+
+fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Option<&str>, context: &[String]) {
+    let kind = match (def.kind.as_str(), parent_kind) {
+        ("function", Some(p)) if METHOD_OWNER_KINDS.contains(&p) => "method",
+        (k, _) => k,
+    };
+    let symbol = def.name.as_deref();
+    let is_container = CONTAINER_KINDS.contains(&kind);
+    if !is_container || def.children.is_empty() {
+        let span = Span {
+            start_row,
+            end_row: def.end_row,
+            kind,
+            symbol,
+            context,
+        };
+        out.emit(span, Some(def.node));
+        return;
+    }
+    let mut inner_context = context.to_vec();
+    inner_context.push(signature_line(out.source, out.lines, def.node));
+    // The container's own chunk runs from its start to the row before its first member.
+    let first_member = def.children[0].start_row.max(start_row);
+    if first_member > start_row {
+        let span = Span {
+            start_row,
+            end_row: first_member - 1,
+            kind,
+            symbol,
+            context,
+        };
+        out.emit(span, Some(def.node));
+    }
+    emit_level(
+        out,
+        def.node,
+        &def.children,
+        first_member,
+        def.end_row,
+        kind,
+        symbol,
+        &inner_context,
+    );
+}
+
+/// The first line of a definition that is not a comment, attribute or
+/// decorator, as the context header of its members.
+fn signature_line(source: &str, lines: &Lines, node: Node) -> String {
+    let first = node.start_position().row;
+    let is_preamble = |l: &str| {
+        l.is_empty()
+            || ["@", "#[", "//", "#", "/*", "*", "--", ";"]
+                .iter()
+                .any(|p| l.starts_with(p))
+    };
+    let row = (first..=end_row(&node))
+        .find(|&r| !is_preamble(lines.text(source, r).trim()))
+        .unwrap_or(first);
+    lines.text(source, row).trim().chars().take(200).collect()
+}
+
+/// Rows where a syntax node starts, the places where a long span may be cut.
+fn syntax_boundaries(node: Node, start: usize, end: usize) -> Vec<usize> {
+    let mut rows = Vec::new();
+    let mut stack = vec![(node, 0usize)];
+    while let Some((n, depth)) = stack.pop() {
+        let row = n.start_position().row;
+        if row > start && row <= end {
+            rows.push(row);
+        }
+        if depth < 3 {
+            let mut c = n.walk();
+            for child in n.named_children(&mut c) {
+                if end_row(&child) >= start && child.start_position().row <= end {
+                    stack.push((child, depth + 1));
+                }
+            }
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows
+}
+
+/// Rows that follow a blank line: paragraph starts in plain text.
+fn blank_line_boundaries(source: &str, lines: &Lines, start: usize, end: usize) -> Vec<usize> {
+    (start + 1..=end)
+        .filter(|&row| lines.text(source, row - 1).trim().is_empty() && !lines.text(source, row).trim().is_empty())
+        .collect()
+}
+
+fn chunk_plain_text(source: &str, lines: &Lines, limits: &ChunkLimits) -> Vec<Chunk> {
+    let mut out = ChunkSink::new(source, lines, limits);
+    let span = Span {
+        start_row: 0,
+        end_row: lines.count() - 1,
+        kind: "text",
+        symbol: None,
+        context: &[],
+    };
+    out.emit(span, None);
+    out.finish()
+}

@@ -1,0 +1,389 @@
+//! The `ken` command line.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::bench;
+use crate::discover::DiscoverOptions;
+use crate::index::{self, IndexOptions, IndexReport};
+use crate::search::{SearchHit, SearchRequest, Searcher};
+use crate::status;
+use crate::store::{self, INDEX_DIR_NAME};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ken",
+    version,
+    about = "Fast, private, precise code search for coding agents"
+)]
+struct Cli {
+    /// Repository root (default: the nearest folder above the working directory
+    /// that has an index, else the working directory).
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Keep the index here instead of `<root>/.ken`.
+    #[arg(long, global = true, value_name = "DIR", env = "KEN_INDEX_DIR")]
+    index_dir: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Index a repository (only changed files are re-parsed).
+    Index(IndexArgs),
+    /// Search the index.
+    Search(SearchArgs),
+    /// Show what is indexed.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show how a file is cut into chunks (for checking grammar queries).
+    Chunks {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure indexing and query speed on a folder.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+#[derive(Args, Debug)]
+struct IndexArgs {
+    /// Folder to index (default: the root).
+    path: Option<PathBuf>,
+    /// Skip files larger than this many bytes.
+    #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
+    max_file_size: u64,
+    /// Also index vendored and build folders (node_modules, vendor, target, dist...).
+    #[arg(long)]
+    no_default_excludes: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct SearchArgs {
+    /// What to look for: words, a question, or an identifier.
+    #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+    query: Vec<String>,
+    /// Number of results.
+    #[arg(short = 'k', long = "limit", default_value_t = 10)]
+    k: usize,
+    /// Print results as a JSON list (stable format, see README).
+    #[arg(long)]
+    json: bool,
+    /// Only paths matching this glob (`src/**/*.rs`, `*.py`) or under this folder.
+    #[arg(long, value_name = "GLOB")]
+    path: Option<String>,
+    /// Only this language (e.g. rust, python, typescript).
+    #[arg(long, value_name = "LANG")]
+    lang: Option<String>,
+    /// Only this chunk kind (function, method, class, struct, module, section...).
+    #[arg(long, value_name = "KIND")]
+    kind: Option<String>,
+    /// At most this many results from one file.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_per_file: usize,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
+    Index {
+        root: PathBuf,
+        /// Queries, one per line (default: built from the indexed symbol names).
+        #[arg(long, value_name = "FILE")]
+        queries: Option<PathBuf>,
+        /// Times each query is run.
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ken: error: {e:#}");
+            1
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Index(args) => {
+            let root = match (&args.path, &cli.root) {
+                (Some(p), _) => p.clone(),
+                (None, Some(r)) => r.clone(),
+                (None, None) => std::env::current_dir()?,
+            };
+            let root = root
+                .canonicalize()
+                .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let opts = IndexOptions {
+                discover: DiscoverOptions {
+                    max_file_size: args.max_file_size,
+                    default_excludes: !args.no_default_excludes,
+                    ..DiscoverOptions::default()
+                },
+                progress: !args.quiet && std::io::stderr().is_terminal(),
+                lock_timeout: Duration::from_secs(120),
+                ..IndexOptions::default()
+            };
+            let report = index::index(&root, &index_dir, &opts)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else if !args.quiet {
+                print_index_report(&report);
+            }
+            Ok(0)
+        }
+        Command::Search(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let searcher = Searcher::open(&root, &index_dir)?;
+            let req = SearchRequest {
+                query: args.query.join(" "),
+                limit: args.k,
+                path_glob: args.path,
+                language: args.lang,
+                kind: args.kind,
+                max_per_file: args.max_per_file,
+            };
+            let hits = searcher.search(&req)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else {
+                print_hits(&hits, &req.query);
+            }
+            Ok(0)
+        }
+        Command::Status { json } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let status = status::status(&root, &index_dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", status.render(Style::stdout()));
+            }
+            Ok(0)
+        }
+        Command::Chunks { file, json } => {
+            let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let text = crate::discover::check_content(&bytes)
+                .map_err(|reason| anyhow::anyhow!("{} is not indexed: {}", file.display(), reason.label()))?;
+            let lang = crate::lang::for_path(&file);
+            let chunks = crate::chunk::chunk_source(lang, text, &crate::chunk::ChunkLimits::default())?;
+            if json {
+                let rows: Vec<serde_json::Value> = chunks
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
+                            "symbol": c.symbol, "context": c.context})
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                let name = lang.map_or(crate::lang::PLAIN_TEXT, |l| l.name);
+                println!("{} ({name}): {} chunks", file.display(), chunks.len());
+                for c in &chunks {
+                    let context = c
+                        .context
+                        .as_deref()
+                        .map(|x| format!("  in {}", x.replace('\n', " > ")))
+                        .unwrap_or_default();
+                    println!(
+                        "{:>5}-{:<5} {:<10} {}{context}",
+                        c.start_line,
+                        c.end_line,
+                        c.kind,
+                        c.symbol.as_deref().unwrap_or("-")
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Index {
+                    root,
+                    queries,
+                    iterations,
+                    json,
+                },
+        } => {
+            let report = bench::run(&bench::BenchOptions {
+                root,
+                queries,
+                iterations,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// The root for commands that read an index: `--root`, else the nearest
+/// ancestor of the working directory with an index, else the working directory.
+fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(root) = explicit {
+        return root
+            .canonicalize()
+            .with_context(|| format!("--root {}: no such directory", root.display()));
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    Ok(cwd
+        .ancestors()
+        .find(|d| d.join(INDEX_DIR_NAME).join("index.db").exists())
+        .unwrap_or(&cwd)
+        .to_path_buf())
+}
+
+/// ANSI styling, only when writing to a terminal and NO_COLOR is unset.
+#[derive(Clone, Copy)]
+pub struct Style {
+    enabled: bool,
+}
+
+impl Style {
+    pub fn stdout() -> Style {
+        Style {
+            enabled: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.enabled {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    pub fn bold(self, text: &str) -> String {
+        self.paint("1", text)
+    }
+
+    pub fn dim(self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    pub fn path(self, text: &str) -> String {
+        self.paint("35", text)
+    }
+
+    pub fn accent(self, text: &str) -> String {
+        self.paint("32", text)
+    }
+}
+
+fn print_index_report(r: &IndexReport) {
+    let s = Style::stdout();
+    let mut out = std::io::stdout().lock();
+    let branch = if r.branch.is_empty() {
+        "no git branch"
+    } else {
+        &r.branch
+    };
+    let _ = writeln!(out, "{} {} ({branch}) in {:.2} s", s.bold("Indexed"), r.root, r.seconds);
+    let _ = writeln!(
+        out,
+        "  files:     {} ({} parsed, {} re-used, {} unchanged, {} removed)",
+        r.files, r.parsed, r.reused, r.unchanged, r.removed
+    );
+    let _ = writeln!(out, "  chunks:    {}", r.chunks);
+    let _ = writeln!(
+        out,
+        "  parsed:    {} lines, {:.1} MB",
+        r.parsed_lines,
+        r.parsed_bytes as f64 / 1e6
+    );
+    let mut langs: Vec<(&String, &u64)> = r.languages.iter().collect();
+    langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let langs: Vec<String> = langs.iter().map(|(l, n)| format!("{l} {n}")).collect();
+    let _ = writeln!(
+        out,
+        "  languages: {}",
+        if langs.is_empty() {
+            "-".to_string()
+        } else {
+            langs.join(", ")
+        }
+    );
+    if !r.skipped.is_empty() {
+        let skipped: Vec<String> = r.skipped.iter().map(|(k, n)| format!("{n} {}", k.label())).collect();
+        let _ = writeln!(out, "  skipped:   {}", skipped.join(", "));
+    }
+    for w in r.warnings.iter().take(5) {
+        let _ = writeln!(out, "  {} {w}", s.dim("warning:"));
+    }
+}
+
+fn print_hits(hits: &[SearchHit], query: &str) {
+    let s = Style::stdout();
+    let mut out = std::io::stdout().lock();
+    if hits.is_empty() {
+        let _ = writeln!(out, "no results for {query:?}");
+        return;
+    }
+    for hit in hits {
+        let symbol = hit.symbol.as_deref().unwrap_or("");
+        let _ = writeln!(
+            out,
+            "{}:{}-{}  {} {}  {}",
+            s.path(&hit.path),
+            hit.start_line,
+            hit.end_line,
+            s.dim(&hit.kind),
+            s.bold(symbol),
+            s.dim(&format!("[{}] {:.3}", hit.language, hit.score)),
+        );
+        for line in hit.snippet.lines() {
+            let _ = writeln!(out, "    {} {}", s.accent("│"), line.trim_end());
+        }
+        let _ = writeln!(out);
+    }
+}

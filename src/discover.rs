@@ -1,0 +1,368 @@
+//! Finding the files to index: a parallel walk that honours ignore files and
+//! skips what is not source (binaries, huge, minified or generated files).
+//!
+//! Nothing here is an error: every file that is left out is counted under a
+//! [`SkipReason`], so the summary can say what was skipped and why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::UNIX_EPOCH;
+
+use ignore::{WalkBuilder, WalkState};
+use serde::{Deserialize, Serialize};
+
+/// Directory names never descended into: dependencies, build output, caches.
+pub const DEFAULT_EXCLUDED_DIRS: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    ".ken",
+    "node_modules",
+    "bower_components",
+    "vendor",
+    "third_party",
+    "target",
+    "dist",
+    "out",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".gradle",
+    "Pods",
+    "DerivedData",
+];
+
+/// File name suffixes that are never source code.
+const NON_SOURCE_SUFFIXES: &[&str] = &[
+    ".min.js",
+    ".min.css",
+    ".map",
+    ".lock",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".gif",
+    ".bmp",
+    ".ico",
+    ".webp",
+    ".svg",
+    ".pdf",
+    ".zip",
+    ".gz",
+    ".tgz",
+    ".bz2",
+    ".xz",
+    ".zst",
+    ".7z",
+    ".rar",
+    ".jar",
+    ".war",
+    ".class",
+    ".o",
+    ".a",
+    ".so",
+    ".dylib",
+    ".dll",
+    ".exe",
+    ".wasm",
+    ".pyc",
+    ".woff",
+    ".woff2",
+    ".ttf",
+    ".otf",
+    ".eot",
+    ".mp3",
+    ".mp4",
+    ".wav",
+    ".ogg",
+    ".mov",
+    ".avi",
+    ".webm",
+    ".sqlite",
+    ".db",
+    ".bin",
+    ".dat",
+    ".pb",
+    ".onnx",
+    ".safetensors",
+    ".npy",
+    ".npz",
+    ".pkl",
+    ".parquet",
+    ".csv",
+    ".tsv",
+];
+
+/// Licence texts: never what a code search is after.
+const LICENSE_PREFIXES: &[&str] = &["license", "licence", "copying", "unlicense", "notice"];
+
+/// Lock files and other machine-written files, by exact name.
+const GENERATED_FILE_NAMES: &[&str] = &[
+    "package-lock.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "Cargo.lock",
+    "poetry.lock",
+    "Pipfile.lock",
+    "composer.lock",
+    "Gemfile.lock",
+    "go.sum",
+    "uv.lock",
+];
+
+/// Why a file was left out of the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    Symlink,
+    TooLarge,
+    NotSource,
+    Binary,
+    InvalidUtf8,
+    Minified,
+    Generated,
+    Unreadable,
+}
+
+impl SkipReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::Symlink => "symlinks",
+            SkipReason::TooLarge => "too large",
+            SkipReason::NotSource => "not source",
+            SkipReason::Binary => "binary",
+            SkipReason::InvalidUtf8 => "invalid UTF-8",
+            SkipReason::Minified => "minified",
+            SkipReason::Generated => "generated",
+            SkipReason::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// Counts of skipped files by reason.
+pub type SkipCounts = BTreeMap<SkipReason, u64>;
+
+/// Settings for the walk.
+#[derive(Debug, Clone)]
+pub struct DiscoverOptions {
+    /// Files larger than this many bytes are skipped.
+    pub max_file_size: u64,
+    /// Skip [`DEFAULT_EXCLUDED_DIRS`] (vendored code, build output).
+    pub default_excludes: bool,
+    pub threads: usize,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> Self {
+        DiscoverOptions {
+            max_file_size: 1024 * 1024,
+            default_excludes: true,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()).min(8),
+        }
+    }
+}
+
+/// A file that passed the walk's filters; its content is checked when read.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Path relative to the root, with `/` separators.
+    pub rel_path: String,
+    pub abs_path: PathBuf,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+/// The outcome of a walk.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub files: Vec<Candidate>,
+    pub skipped: SkipCounts,
+    /// Walk errors (unreadable directories, broken links), not fatal.
+    pub errors: Vec<String>,
+}
+
+/// Walks `root` and returns the candidate files, sorted by path.
+pub fn discover(root: &Path, opts: &DiscoverOptions) -> Discovery {
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .hidden(true)
+        .parents(true)
+        .ignore(true)
+        .git_ignore(true)
+        .git_global(true)
+        .git_exclude(true)
+        .require_git(false)
+        .follow_links(false)
+        .add_custom_ignore_filename(".kenignore")
+        .threads(opts.threads);
+    let default_excludes = opts.default_excludes;
+    builder.filter_entry(move |entry| {
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        if !is_dir || entry.depth() == 0 {
+            return true;
+        }
+        let name = entry.file_name().to_string_lossy();
+        if name == ".ken" || name == ".git" {
+            return false;
+        }
+        !(default_excludes && DEFAULT_EXCLUDED_DIRS.contains(&name.as_ref()))
+    });
+
+    let result = Mutex::new(Discovery::default());
+    builder.build_parallel().run(|| {
+        let mut local = ThreadLocal {
+            shared: &result,
+            found: Discovery::default(),
+        };
+        Box::new(move |entry| {
+            match entry {
+                Ok(entry) => visit(root, &entry, opts, &mut local.found),
+                Err(err) => local.found.errors.push(err.to_string()),
+            }
+            WalkState::Continue
+        })
+    });
+    let mut out = result.into_inner().unwrap();
+    out.files.sort_unstable_by(|a, b| a.rel_path.cmp(&b.rel_path));
+    out
+}
+
+/// One walker thread's findings, merged into the shared result when the thread ends.
+struct ThreadLocal<'a> {
+    shared: &'a Mutex<Discovery>,
+    found: Discovery,
+}
+
+impl Drop for ThreadLocal<'_> {
+    fn drop(&mut self) {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        merge(&mut shared, &mut self.found);
+    }
+}
+
+fn merge(into: &mut Discovery, from: &mut Discovery) {
+    into.files.append(&mut from.files);
+    into.errors.append(&mut from.errors);
+    for (reason, n) in std::mem::take(&mut from.skipped) {
+        *into.skipped.entry(reason).or_default() += n;
+    }
+}
+
+fn visit(root: &Path, entry: &ignore::DirEntry, opts: &DiscoverOptions, out: &mut Discovery) {
+    let Some(file_type) = entry.file_type() else {
+        return;
+    };
+    if file_type.is_dir() {
+        return;
+    }
+    let skip = |out: &mut Discovery, reason| *out.skipped.entry(reason).or_default() += 1;
+    if file_type.is_symlink() {
+        // Links are never followed: a target inside the root is indexed under its own path.
+        return skip(out, SkipReason::Symlink);
+    }
+    if !file_type.is_file() {
+        return skip(out, SkipReason::NotSource);
+    }
+    let path = entry.path();
+    let name = entry.file_name().to_string_lossy();
+    if GENERATED_FILE_NAMES.contains(&name.as_ref()) {
+        return skip(out, SkipReason::Generated);
+    }
+    let lower = name.to_ascii_lowercase();
+    if NON_SOURCE_SUFFIXES.iter().any(|s| lower.ends_with(s)) || LICENSE_PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return skip(out, SkipReason::NotSource);
+    }
+    let meta = match entry.metadata() {
+        Ok(m) => m,
+        Err(_) => return skip(out, SkipReason::Unreadable),
+    };
+    if meta.len() > opts.max_file_size {
+        return skip(out, SkipReason::TooLarge);
+    }
+    let Some(rel_path) = relative_path(root, path) else {
+        return skip(out, SkipReason::Unreadable);
+    };
+    out.files.push(Candidate {
+        rel_path,
+        abs_path: path.to_path_buf(),
+        size: meta.len(),
+        mtime_ns: mtime_ns(&meta),
+    });
+}
+
+/// `path` relative to `root` with `/` separators, if it is valid UTF-8.
+pub fn relative_path(root: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(root).ok()?;
+    let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+    Some(parts?.join("/"))
+}
+
+pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Checks the content of a candidate: `Err` says why it is not indexed.
+pub fn check_content(bytes: &[u8]) -> Result<&str, SkipReason> {
+    let head = &bytes[..bytes.len().min(8192)];
+    if head.contains(&0) {
+        return Err(SkipReason::Binary);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| SkipReason::InvalidUtf8)?;
+    if is_minified(text) {
+        return Err(SkipReason::Minified);
+    }
+    if is_generated(text) {
+        return Err(SkipReason::Generated);
+    }
+    Ok(text)
+}
+
+/// Minified or machine-packed text: very long lines.
+fn is_minified(text: &str) -> bool {
+    let mut lines = 0usize;
+    for line in text.lines() {
+        lines += 1;
+        if line.len() > 4000 {
+            return true;
+        }
+    }
+    text.len() > 4096 && text.len() / lines.max(1) > 300
+}
+
+/// Files that declare themselves generated in their first lines.
+fn is_generated(text: &str) -> bool {
+    text.lines().take(5).any(|line| {
+        let l = line.to_ascii_lowercase();
+        l.contains("@generated")
+            || l.contains("do not edit")
+            || l.contains("auto-generated")
+            || l.contains("autogenerated")
+            || l.contains("code generated by")
+            || l.contains("this file was generated")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_checks() {
+        assert_eq!(check_content(b"fn main() {}\n"), Ok("fn main() {}\n"));
+        assert_eq!(check_content(b"ab\0cd"), Err(SkipReason::Binary));
+        assert_eq!(check_content(b"caf\xe9\n"), Err(SkipReason::InvalidUtf8));
+        let long = "x".repeat(5000);
+        assert_eq!(check_content(long.as_bytes()), Err(SkipReason::Minified));
+        assert_eq!(
+            check_content(b"// Code generated by protoc. DO NOT EDIT.\npackage x\n"),
+            Err(SkipReason::Generated)
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! What git says about a root: the branch (the key of the index catalog) and
+//! the HEAD commit. Read straight from `.git` so a plain folder costs nothing.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The git state of an indexed root.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Head {
+    /// Branch name; `None` for a detached HEAD or a folder outside git.
+    pub branch: Option<String>,
+    /// Full hex id of the HEAD commit, when it can be resolved.
+    pub commit: Option<String>,
+    pub detached: bool,
+    /// The repository's git directory (for a worktree: its own one).
+    pub git_dir: Option<PathBuf>,
+}
+
+impl Head {
+    /// The catalog key: the branch, `@detached`, or empty outside git.
+    pub fn catalog_key(&self) -> String {
+        match (&self.branch, self.detached) {
+            (Some(b), _) => b.clone(),
+            (None, true) => "@detached".to_string(),
+            (None, false) => String::new(),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match (&self.branch, &self.commit) {
+            (Some(b), Some(c)) => format!("{b} @ {}", &c[..c.len().min(12)]),
+            (Some(b), None) => b.clone(),
+            (None, Some(c)) if self.detached => format!("detached @ {}", &c[..c.len().min(12)]),
+            _ => "(not a git repository)".to_string(),
+        }
+    }
+}
+
+/// Finds the git directory that governs `root` (searching upwards).
+pub fn find_git_dir(root: &Path) -> Option<PathBuf> {
+    let mut dir = Some(root);
+    while let Some(d) = dir {
+        let dot_git = d.join(".git");
+        if dot_git.is_dir() {
+            return Some(dot_git);
+        }
+        if dot_git.is_file() {
+            // A worktree or submodule: `.git` is a file naming the real git dir.
+            let text = fs::read_to_string(&dot_git).ok()?;
+            let target = text.strip_prefix("gitdir:")?.trim();
+            let path = Path::new(target);
+            return Some(if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                d.join(path)
+            });
+        }
+        dir = d.parent();
+    }
+    None
+}
+
+/// The directory shared by all worktrees of a repository.
+fn common_dir(git_dir: &Path) -> PathBuf {
+    match fs::read_to_string(git_dir.join("commondir")) {
+        Ok(rel) => git_dir.join(rel.trim()),
+        Err(_) => git_dir.to_path_buf(),
+    }
+}
+
+pub fn head(root: &Path) -> Head {
+    let Some(git_dir) = find_git_dir(root) else {
+        return Head::default();
+    };
+    let Ok(text) = fs::read_to_string(git_dir.join("HEAD")) else {
+        return Head {
+            git_dir: Some(git_dir),
+            ..Head::default()
+        };
+    };
+    let text = text.trim();
+    if let Some(reference) = text.strip_prefix("ref:") {
+        let reference = reference.trim();
+        let branch = reference.strip_prefix("refs/heads/").unwrap_or(reference).to_string();
+        let commit = resolve_ref(&git_dir, reference);
+        Head {
+            branch: Some(branch),
+            commit,
+            detached: false,
+            git_dir: Some(git_dir),
+        }
+    } else {
+        Head {
+            branch: None,
+            commit: Some(text.to_string()),
+            detached: true,
+            git_dir: Some(git_dir),
+        }
+    }
+}
+
+fn resolve_ref(git_dir: &Path, reference: &str) -> Option<String> {
+    for dir in [git_dir.to_path_buf(), common_dir(git_dir)] {
+        if let Ok(id) = fs::read_to_string(dir.join(reference)) {
+            return Some(id.trim().to_string());
+        }
+    }
+    let packed = fs::read_to_string(common_dir(git_dir).join("packed-refs")).ok()?;
+    packed.lines().find_map(|line| {
+        let (id, name) = line.split_once(' ')?;
+        (name == reference).then(|| id.to_string())
+    })
+}
+
+/// Adds `.ken/` to the repository's `info/exclude`, so the index never shows
+/// in `git status`. Best effort: a read-only repository is left alone.
+pub fn exclude_index_dir(git_dir: &Path) {
+    let info = common_dir(git_dir).join("info");
+    let exclude = info.join("exclude");
+    let current = fs::read_to_string(&exclude).unwrap_or_default();
+    if current.lines().any(|l| l.trim() == ".ken/" || l.trim() == "/.ken/") {
+        return;
+    }
+    let mut text = current;
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(".ken/\n");
+    let _ = fs::create_dir_all(&info).and_then(|_| fs::write(&exclude, text));
+}

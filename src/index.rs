@@ -1,0 +1,402 @@
+//! `ken index`: bring the index of a root up to date with its files.
+//!
+//! Pipeline: discover (parallel walk) → compare with the branch's catalog by
+//! size and mtime → read, check and hash what changed (parallel) → parse and
+//! chunk new contents (parallel) → one writer thread that commits batches.
+//! Each batch is one transaction, so an interrupted run leaves a consistent
+//! index and the next run continues where it stopped.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::chunk::{chunk_source, ChunkLimits};
+use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
+use crate::git;
+use crate::lang;
+use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, Store};
+
+#[derive(Debug, Clone)]
+pub struct IndexOptions {
+    pub discover: DiscoverOptions,
+    pub limits: ChunkLimits,
+    pub lock_timeout: Duration,
+    pub progress: bool,
+    /// Commit after this many changed files (bounds the work an interruption loses).
+    pub batch_files: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            discover: DiscoverOptions::default(),
+            limits: ChunkLimits::default(),
+            lock_timeout: Duration::from_secs(120),
+            progress: false,
+            batch_files: 500,
+        }
+    }
+}
+
+/// What one `ken index` run did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct IndexReport {
+    pub root: String,
+    pub branch: String,
+    /// Files in the index for this branch after the run.
+    pub files: u64,
+    pub chunks: u64,
+    /// Files whose new content was parsed and chunked.
+    pub parsed: u64,
+    /// Files whose new content was already stored (e.g. from another branch).
+    pub reused: u64,
+    pub unchanged: u64,
+    pub removed: u64,
+    /// Lines and bytes of the parsed files.
+    pub parsed_lines: u64,
+    pub parsed_bytes: u64,
+    /// Indexed files per language.
+    pub languages: BTreeMap<String, u64>,
+    pub skipped: SkipCounts,
+    /// Problems that did not stop the run (unreadable directories, parse failures).
+    pub warnings: Vec<String>,
+    pub seconds: f64,
+}
+
+/// The result of reading one changed file.
+enum Outcome {
+    Parsed {
+        candidate: Candidate,
+        version: NewFileVersion,
+    },
+    /// Content already stored under this path (same hash as before, or another branch's).
+    Known {
+        candidate: Candidate,
+        content_hash: i64,
+    },
+    Skipped {
+        candidate: Candidate,
+        reason: SkipReason,
+    },
+    Failed {
+        candidate: Candidate,
+        error: String,
+    },
+}
+
+/// Indexes `root` into the index at `index_dir`.
+pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<IndexReport> {
+    let started = Instant::now();
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
+    anyhow::ensure!(root.is_dir(), "cannot index {}: not a directory", root.display());
+    let head = git::head(&root);
+    if let Some(git_dir) = &head.git_dir {
+        git::exclude_index_dir(git_dir);
+    }
+    let branch = head.catalog_key();
+    let mut store = Store::open_for_write(index_dir)?;
+    let _lock = store.lock_for_write(opts.lock_timeout)?;
+
+    let found = discover::discover(&root, &opts.discover);
+    let catalog = store.catalog(&branch)?;
+    let known_versions = known_versions(&store)?;
+    let mut report = IndexReport {
+        root: root.display().to_string(),
+        branch: branch.clone(),
+        skipped: found.skipped.clone(),
+        warnings: found.errors.iter().take(20).cloned().collect(),
+        ..IndexReport::default()
+    };
+
+    // Files whose size and mtime match the catalog are taken as unchanged unread.
+    let run_start_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let mut seen: HashSet<&str> = HashSet::with_capacity(found.files.len());
+    let mut changed = Vec::new();
+    for cand in &found.files {
+        seen.insert(cand.rel_path.as_str());
+        match catalog.get(&cand.rel_path) {
+            Some(e) if e.mtime_ns == cand.mtime_ns && e.size == cand.size as i64 && e.mtime_ns != 0 => {
+                report.unchanged += 1;
+            }
+            _ => changed.push(cand.clone()),
+        }
+    }
+    // Largest first, so the slowest parses start early and the tail is short.
+    changed.sort_unstable_by_key(|c| std::cmp::Reverse(c.size));
+
+    let progress = progress_bar(opts.progress, changed.len() as u64);
+    let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
+    let limits = opts.limits;
+    let writer_result = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            write_outcomes(
+                &mut store,
+                &branch,
+                &catalog,
+                rx,
+                &progress,
+                opts.batch_files,
+                run_start_ns,
+            )
+        });
+        changed.into_par_iter().for_each_with(tx, |tx, cand| {
+            let outcome = read_and_chunk(cand, &catalog, &known_versions, &limits);
+            let _ = tx.send(outcome);
+        });
+        writer.join().expect("index writer thread panicked")
+    });
+    let written = writer_result?;
+    progress.finish_and_clear();
+    report.parsed = written.parsed;
+    report.reused = written.reused;
+    report.unchanged += written.unchanged;
+    report.parsed_lines = written.parsed_lines;
+    report.parsed_bytes = written.parsed_bytes;
+    for (reason, n) in written.skipped {
+        *report.skipped.entry(reason).or_default() += n;
+    }
+    report.warnings.extend(written.warnings);
+
+    // Paths gone from disk, or now skipped, leave the catalog.
+    let skipped_now: HashSet<&str> = written.skipped_paths.iter().map(String::as_str).collect();
+    let removed: Vec<&String> = catalog
+        .keys()
+        .filter(|p| !seen.contains(p.as_str()) || skipped_now.contains(p.as_str()))
+        .collect();
+    if !removed.is_empty() {
+        let batch = Batch::begin(&mut store)?;
+        for path in &removed {
+            batch.remove_from_catalog(&branch, path)?;
+        }
+        batch.commit()?;
+    }
+    report.removed = removed.len() as u64;
+
+    let changes = report.parsed + report.removed;
+    if changes > 0 {
+        store.optimize_lexical()?;
+        store.checkpoint()?;
+    }
+    fill_totals(&store, &branch, &mut report)?;
+    report.seconds = started.elapsed().as_secs_f64();
+    let all_chunks: i64 = store.conn.query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))?;
+    store.set_meta("chunk_count", &all_chunks.to_string())?;
+    store.set_meta("last_indexed_at", &now_rfc3339())?;
+    store.set_meta("root", &report.root)?;
+    store.set_meta("last_index_report", &serde_json::to_string(&report)?)?;
+    if let Some(commit) = &head.commit {
+        store.set_meta("head_commit", commit)?;
+    }
+    Ok(report)
+}
+
+/// (path, content hash) of every stored file version, any branch.
+fn known_versions(store: &Store) -> Result<HashMap<String, Vec<i64>>> {
+    let mut stmt = store.conn.prepare("SELECT path, content_hash FROM files")?;
+    let mut map: HashMap<String, Vec<i64>> = HashMap::new();
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (path, hash) = row?;
+        map.entry(path).or_default().push(hash);
+    }
+    Ok(map)
+}
+
+fn read_and_chunk(
+    candidate: Candidate,
+    catalog: &HashMap<String, CatalogEntry>,
+    known: &HashMap<String, Vec<i64>>,
+    limits: &ChunkLimits,
+) -> Outcome {
+    let bytes = match std::fs::read(&candidate.abs_path) {
+        Ok(b) => b,
+        Err(_) => {
+            return Outcome::Skipped {
+                candidate,
+                reason: SkipReason::Unreadable,
+            }
+        }
+    };
+    let text = match discover::check_content(&bytes) {
+        Ok(t) => t,
+        Err(reason) => return Outcome::Skipped { candidate, reason },
+    };
+    let hash = content_hash(&bytes);
+    let same_as_catalog = catalog.get(&candidate.rel_path).is_some_and(|e| e.content_hash == hash);
+    let stored = known.get(&candidate.rel_path).is_some_and(|h| h.contains(&hash));
+    if same_as_catalog || stored {
+        return Outcome::Known {
+            candidate,
+            content_hash: hash,
+        };
+    }
+    let language = lang::for_path(Path::new(&candidate.rel_path));
+    match chunk_source(language, text, limits) {
+        Ok(chunks) => {
+            let version = NewFileVersion {
+                path: candidate.rel_path.clone(),
+                content_hash: hash,
+                size: bytes.len() as i64,
+                language: language.map_or(lang::PLAIN_TEXT, |l| l.name).to_string(),
+                line_count: text.lines().count() as i64,
+                chunks,
+            };
+            Outcome::Parsed { candidate, version }
+        }
+        Err(e) => Outcome::Failed {
+            candidate,
+            error: format!("{e:#}"),
+        },
+    }
+}
+
+#[derive(Default)]
+struct Written {
+    parsed: u64,
+    reused: u64,
+    unchanged: u64,
+    parsed_lines: u64,
+    parsed_bytes: u64,
+    skipped: SkipCounts,
+    skipped_paths: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// The single writer: stores outcomes in transactions of `batch_files` files.
+fn write_outcomes(
+    store: &mut Store,
+    branch: &str,
+    catalog: &HashMap<String, CatalogEntry>,
+    rx: mpsc::Receiver<Outcome>,
+    progress: &ProgressBar,
+    batch_files: usize,
+    run_start_ns: i64,
+) -> Result<Written> {
+    let mut written = Written::default();
+    let mut batch = Batch::begin(store)?;
+    let mut in_batch = 0usize;
+    // A file modified within the last two seconds may change again within the
+    // same mtime tick; storing mtime 0 makes the next run re-read it.
+    let trusted_mtime = |c: &Candidate| {
+        if run_start_ns - c.mtime_ns < 2_000_000_000 {
+            0
+        } else {
+            c.mtime_ns
+        }
+    };
+    for outcome in rx {
+        progress.inc(1);
+        match outcome {
+            Outcome::Parsed { candidate, version } => {
+                written.parsed += 1;
+                written.parsed_lines += version.line_count as u64;
+                written.parsed_bytes += version.size as u64;
+                let file_id = batch.insert_version(&version)?;
+                batch.set_catalog(
+                    branch,
+                    &candidate.rel_path,
+                    file_id,
+                    trusted_mtime(&candidate),
+                    candidate.size as i64,
+                )?;
+            }
+            Outcome::Known {
+                candidate,
+                content_hash,
+            } => {
+                let unchanged = catalog
+                    .get(&candidate.rel_path)
+                    .is_some_and(|e| e.content_hash == content_hash);
+                if unchanged {
+                    written.unchanged += 1;
+                } else {
+                    written.reused += 1;
+                }
+                let file_id = batch
+                    .find_version(&candidate.rel_path, content_hash)?
+                    .context("a stored file version disappeared during indexing")?;
+                batch.set_catalog(
+                    branch,
+                    &candidate.rel_path,
+                    file_id,
+                    trusted_mtime(&candidate),
+                    candidate.size as i64,
+                )?;
+            }
+            Outcome::Skipped { candidate, reason } => {
+                *written.skipped.entry(reason).or_default() += 1;
+                written.skipped_paths.push(candidate.rel_path);
+            }
+            Outcome::Failed { candidate, error } => {
+                written.warnings.push(format!("{}: {error}", candidate.rel_path));
+                written.skipped_paths.push(candidate.rel_path);
+            }
+        }
+        in_batch += 1;
+        if in_batch >= batch_files {
+            batch.commit()?;
+            batch = Batch::begin(store)?;
+            in_batch = 0;
+        }
+    }
+    batch.commit()?;
+    Ok(written)
+}
+
+fn fill_totals(store: &Store, branch: &str, report: &mut IndexReport) -> Result<()> {
+    let totals = BranchTotals::read(store, branch)?;
+    report.files = totals.files;
+    report.chunks = totals.chunks;
+    report.languages = totals.languages;
+    Ok(())
+}
+
+/// File, chunk and per-language counts of one branch's catalog.
+pub struct BranchTotals {
+    pub files: u64,
+    pub chunks: u64,
+    pub languages: BTreeMap<String, u64>,
+}
+
+impl BranchTotals {
+    pub fn read(store: &Store, branch: &str) -> Result<BranchTotals> {
+        let conn = &store.conn;
+        Ok(BranchTotals {
+            files: store::count(conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [branch])?,
+            chunks: store::count(
+                conn,
+                "SELECT count(*) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
+                [branch],
+            )?,
+            languages: store::counts_by(
+                conn,
+                "SELECT f.language, count(*) FROM catalog k JOIN files f ON f.id = k.file_id
+                 WHERE k.branch = ?1 GROUP BY f.language",
+                [branch],
+            )?,
+        })
+    }
+}
+
+fn progress_bar(enabled: bool, len: u64) -> ProgressBar {
+    if !enabled || len == 0 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} indexing [{bar:30}] {pos}/{len} files ({per_sec}, {eta})")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    bar
+}

@@ -1,0 +1,151 @@
+//! The language registry: which files are which language, and the grammar
+//! and chunk query each one uses.
+//!
+//! Language knowledge lives in data files under `native-grammars/<lang>/`
+//! (`chunks.scm` in the tree-sitter `tags.scm` capture convention); this
+//! module only binds a name to its grammar, file extensions and those files.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use tree_sitter::{Language as Grammar, Query};
+
+/// A language ken knows how to parse.
+pub struct Language {
+    /// Stable lowercase name, as shown to users and stored in the index.
+    pub name: &'static str,
+    /// File extensions (without the dot, lowercase) that select this language.
+    pub extensions: &'static [&'static str],
+    /// Exact file names that select this language (e.g. `Makefile`).
+    pub file_names: &'static [&'static str],
+    grammar: fn() -> Grammar,
+    chunks_query_source: &'static str,
+    chunks_query: OnceLock<Result<Query, String>>,
+}
+
+impl Language {
+    pub fn grammar(&self) -> Grammar {
+        (self.grammar)()
+    }
+
+    /// The compiled `chunks.scm` query for this language, compiled once.
+    /// With `KEN_GRAMMARS_DIR` set, the query is read from that folder instead
+    /// of the copy built into the binary (for editing queries without a rebuild).
+    pub fn chunks_query(&self) -> Result<&Query> {
+        self.chunks_query
+            .get_or_init(|| {
+                let source = match std::env::var_os("KEN_GRAMMARS_DIR") {
+                    Some(dir) => {
+                        let path = Path::new(&dir).join(self.name).join("chunks.scm");
+                        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?
+                    }
+                    None => self.chunks_query_source.to_string(),
+                };
+                Query::new(&self.grammar(), &source)
+                    .map_err(|e| format!("native-grammars/{}/chunks.scm: {e}", self.name))
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("invalid chunk query")
+    }
+}
+
+macro_rules! languages {
+    ($( $name:literal => $grammar:expr, [$($ext:literal),*], [$($file:literal),*]; )*) => {
+        fn registry() -> &'static [Language] {
+            static REGISTRY: OnceLock<Vec<Language>> = OnceLock::new();
+            REGISTRY.get_or_init(|| vec![$(
+                Language {
+                    name: $name,
+                    extensions: &[$($ext),*],
+                    file_names: &[$($file),*],
+                    grammar: || $grammar.into(),
+                    chunks_query_source: include_str!(concat!("../native-grammars/", $name, "/chunks.scm")),
+                    chunks_query: OnceLock::new(),
+                },
+            )*])
+        }
+    };
+}
+
+languages! {
+    "bash" => tree_sitter_bash::LANGUAGE, ["sh", "bash", "zsh"], [".bashrc", ".zshrc"];
+    "c" => tree_sitter_c::LANGUAGE, ["c", "h"], [];
+    "cpp" => tree_sitter_cpp::LANGUAGE, ["cc", "cpp", "cxx", "c++", "hpp", "hh", "hxx", "h++", "ipp", "tpp"], [];
+    "csharp" => tree_sitter_c_sharp::LANGUAGE, ["cs"], [];
+    "css" => tree_sitter_css::LANGUAGE, ["css"], [];
+    "dart" => tree_sitter_dart::LANGUAGE, ["dart"], [];
+    "elixir" => tree_sitter_elixir::LANGUAGE, ["ex", "exs"], [];
+    "go" => tree_sitter_go::LANGUAGE, ["go"], [];
+    "haskell" => tree_sitter_haskell::LANGUAGE, ["hs"], [];
+    "hcl" => tree_sitter_hcl::LANGUAGE, ["hcl", "tf", "tfvars"], [];
+    "html" => tree_sitter_html::LANGUAGE, ["html", "htm"], [];
+    "java" => tree_sitter_java::LANGUAGE, ["java"], [];
+    "javascript" => tree_sitter_javascript::LANGUAGE, ["js", "jsx", "mjs", "cjs"], [];
+    "json" => tree_sitter_json::LANGUAGE, ["json", "jsonc"], [];
+    "julia" => tree_sitter_julia::LANGUAGE, ["jl"], [];
+    "kotlin" => tree_sitter_kotlin_ng::LANGUAGE, ["kt", "kts"], [];
+    "lua" => tree_sitter_lua::LANGUAGE, ["lua"], [];
+    "markdown" => tree_sitter_md::LANGUAGE, ["md", "markdown", "mdx"], [];
+    "ocaml" => tree_sitter_ocaml::LANGUAGE_OCAML, ["ml"], [];
+    "php" => tree_sitter_php::LANGUAGE_PHP, ["php"], [];
+    "python" => tree_sitter_python::LANGUAGE, ["py", "pyi", "pyw"], [];
+    "r" => tree_sitter_r::LANGUAGE, ["r"], [];
+    "ruby" => tree_sitter_ruby::LANGUAGE, ["rb", "rake", "gemspec"], ["Rakefile", "Gemfile"];
+    "rust" => tree_sitter_rust::LANGUAGE, ["rs"], [];
+    "scala" => tree_sitter_scala::LANGUAGE, ["scala", "sc"], [];
+    "sql" => tree_sitter_sequel::LANGUAGE, ["sql"], [];
+    "swift" => tree_sitter_swift::LANGUAGE, ["swift"], [];
+    "toml" => tree_sitter_toml_ng::LANGUAGE, ["toml"], [];
+    "tsx" => tree_sitter_typescript::LANGUAGE_TSX, ["tsx"], [];
+    "typescript" => tree_sitter_typescript::LANGUAGE_TYPESCRIPT, ["ts", "mts", "cts"], [];
+    "yaml" => tree_sitter_yaml::LANGUAGE, ["yaml", "yml"], [];
+    "zig" => tree_sitter_zig::LANGUAGE, ["zig"], [];
+}
+
+/// Every language with a grammar.
+pub fn all() -> &'static [Language] {
+    registry()
+}
+
+/// The language with this name, if ken has a grammar for it.
+pub fn by_name(name: &str) -> Option<&'static Language> {
+    registry().iter().find(|l| l.name.eq_ignore_ascii_case(name))
+}
+
+/// The language of a file, from its name or extension.
+pub fn for_path(path: &Path) -> Option<&'static Language> {
+    let file_name = path.file_name()?.to_str()?;
+    if let Some(lang) = registry().iter().find(|l| l.file_names.contains(&file_name)) {
+        return Some(lang);
+    }
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    registry().iter().find(|l| l.extensions.contains(&ext.as_str()))
+}
+
+/// The name stored for files without a grammar: chunked by line windows.
+pub const PLAIN_TEXT: &str = "text";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_chunk_query_compiles_against_its_grammar() {
+        for lang in all() {
+            if let Err(e) = lang.chunks_query() {
+                panic!("{}: {e:#}", lang.name);
+            }
+        }
+    }
+
+    #[test]
+    fn paths_map_to_languages() {
+        assert_eq!(for_path(Path::new("a/b.rs")).unwrap().name, "rust");
+        assert_eq!(for_path(Path::new("x.TSX")).unwrap().name, "tsx");
+        assert_eq!(for_path(Path::new("Rakefile")).unwrap().name, "ruby");
+        assert!(for_path(Path::new("notes.txt")).is_none());
+        assert!(for_path(Path::new("Makefile")).is_none());
+    }
+}

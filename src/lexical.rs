@@ -1,0 +1,239 @@
+//! Code-aware terms for BM25: identifiers are split into their words
+//! (camelCase, snake_case, kebab-case, letter/digit runs) and also kept whole,
+//! so `parseConfig`, `parse_config` and "parse config" all meet.
+//!
+//! Terms are lowercased and stemmed (Snowball English) here, on both sides,
+//! so the FTS5 vocabulary holds exactly the terms this module produces (which
+//! lets search look up document frequencies). The index side writes them as
+//! space-separated text into FTS5 columns (`unicode61`); the query side turns
+//! user text into quoted terms, so no user input is ever FTS5 syntax.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// Terms longer than this are hashes, blobs or base64, not words.
+const MAX_TERM_LEN: usize = 48;
+
+/// English words too common in questions to help ranking.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "all", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can", "code", "could",
+    "do", "does", "doing", "done", "for", "from", "get", "gets", "has", "have", "how", "i", "if", "in", "into", "is",
+    "it", "its", "me", "my", "of", "on", "or", "our", "should", "so", "some", "that", "the", "their", "them", "then",
+    "there", "these", "this", "those", "to", "use", "used", "uses", "using", "was", "we", "were", "what", "when",
+    "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your",
+];
+
+/// Calls `f` with every identifier-like word of `text`: runs of letters, digits
+/// and `_`, with `-` kept inside when letters stand on both sides (kebab-case).
+fn for_each_word(text: &str, mut f: impl FnMut(&str)) {
+    let bytes = text.as_bytes();
+    let mut start: Option<usize> = None;
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut iter = text.char_indices().peekable();
+    while let Some((i, c)) = iter.next() {
+        let joins = c == '-'
+            && start.is_some()
+            && i > 0
+            && (bytes[i - 1] as char).is_ascii_alphabetic()
+            && iter.peek().is_some_and(|&(_, n)| n.is_alphabetic());
+        if is_word(c) || joins {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            f(&text[s..i]);
+        }
+    }
+    if let Some(s) = start {
+        f(&text[s..]);
+    }
+}
+
+/// The sub-words of one identifier: split at `_`/`-`, lower→upper case
+/// changes, acronym ends (`HTTPServer` → `HTTP`, `Server`) and letter/digit changes.
+pub fn split_identifier(word: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    for piece in word.split(['_', '-']) {
+        let chars: Vec<(usize, char)> = piece.char_indices().collect();
+        let mut start = 0;
+        for k in 1..chars.len() {
+            let (i, c) = chars[k];
+            let prev = chars[k - 1].1;
+            let next = chars.get(k + 1).map(|&(_, n)| n);
+            let boundary = (prev.is_lowercase() && c.is_uppercase())
+                || (prev.is_uppercase() && c.is_uppercase() && next.is_some_and(char::is_lowercase))
+                || (prev.is_alphabetic() && c.is_numeric())
+                || (prev.is_numeric() && c.is_alphabetic());
+            if boundary {
+                parts.push(&piece[start..i]);
+                start = i;
+            }
+        }
+        if start < piece.len() {
+            parts.push(&piece[start..]);
+        }
+    }
+    parts
+}
+
+/// Lowercased identifier with separators removed: the form in which
+/// `parse_config`, `parseConfig` and `ParseConfig` are equal.
+pub fn joined_key(word: &str) -> String {
+    word.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Appends the index terms of `text` to `out`, space separated.
+pub fn index_terms(text: &str, out: &mut String) {
+    for_each_word(text, |word| push_word_terms(word, out));
+}
+
+/// Lowercases and stems one term, memoized per thread (code repeats its words).
+fn push_stemmed(term: &str, out: &mut String) {
+    static STEMMER: OnceLock<Stemmer> = OnceLock::new();
+    thread_local! {
+        static MEMO: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+    }
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(stem) = memo.get(term) {
+            out.push_str(stem);
+            return;
+        }
+        let lower: String = term.chars().flat_map(char::to_lowercase).collect();
+        let stem = STEMMER
+            .get_or_init(|| Stemmer::create(Algorithm::English))
+            .stem(&lower)
+            .into_owned();
+        out.push_str(&stem);
+        if memo.len() > 200_000 {
+            memo.clear();
+        }
+        memo.insert(term.to_string(), stem);
+    });
+}
+
+fn push_word_terms(word: &str, out: &mut String) {
+    let parts = split_identifier(word);
+    let mut push = |term: &str| {
+        if term.len() >= 2 && term.len() <= MAX_TERM_LEN {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            push_stemmed(term, out);
+        }
+    };
+    if parts.len() > 1 {
+        push(&joined_key(word));
+    }
+    for part in parts {
+        push(part);
+    }
+}
+
+/// What the lexical engine searches for, derived from user text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryTerms {
+    /// Distinct lowercased terms, in the order they appear.
+    pub terms: Vec<String>,
+    /// Joined keys ([`joined_key`]) of the words that look like identifiers
+    /// (several parts, or the whole query is one word), for exact symbol matches.
+    pub identifiers: Vec<String>,
+}
+
+impl QueryTerms {
+    pub fn parse(text: &str) -> QueryTerms {
+        let mut words = Vec::new();
+        for_each_word(text, |w| words.push(w.to_string()));
+        // Stopwords are whole words of the question, dropped before stemming.
+        let content_words: Vec<&String> = words
+            .iter()
+            .filter(|w| !STOPWORDS.contains(&w.to_lowercase().as_str()))
+            .collect();
+        let words: Vec<String> = if content_words.is_empty() {
+            words.clone()
+        } else {
+            content_words.into_iter().cloned().collect()
+        };
+        let single = words.len() == 1;
+        let mut q = QueryTerms::default();
+        let mut all = Vec::new();
+        for word in &words {
+            let parts = split_identifier(word);
+            if (parts.len() > 1 || single) && word.len() >= 2 {
+                let key = joined_key(word);
+                if !q.identifiers.contains(&key) {
+                    q.identifiers.push(key);
+                }
+            }
+            let mut terms = String::new();
+            push_word_terms(word, &mut terms);
+            all.extend(terms.split(' ').filter(|t| !t.is_empty()).map(str::to_string));
+        }
+        for t in &all {
+            if !q.terms.contains(t) {
+                q.terms.push(t.clone());
+            }
+        }
+        q
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// An FTS5 MATCH expression that ORs the given terms. Each term is a quoted
+    /// string of letters and digits only, so it can never be read as syntax.
+    pub fn fts_match<'a>(terms: impl IntoIterator<Item = &'a String>) -> String {
+        terms
+            .into_iter()
+            .map(|t| format!("\"{}\"", t.replace('"', "")))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(text: &str) -> Vec<String> {
+        let mut s = String::new();
+        index_terms(text, &mut s);
+        s.split(' ').filter(|t| !t.is_empty()).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn identifiers_split_and_stay_whole() {
+        assert_eq!(terms("parseConfig"), ["parseconfig", "pars", "config"]);
+        assert_eq!(terms("parsing configs"), ["pars", "config"]);
+        assert_eq!(terms("parse_config"), ["parseconfig", "pars", "config"]);
+        assert_eq!(terms("HTTPServerError"), ["httpservererror", "http", "server", "error"]);
+        assert_eq!(terms("utf8ToUtf16"), ["utf8toutf16", "utf", "to", "utf", "16"]);
+        assert_eq!(terms("my-component x-1"), ["mycompon", "my", "compon"]);
+        assert!(terms("a - b").is_empty());
+    }
+
+    #[test]
+    fn queries_drop_stopwords_and_find_identifiers() {
+        let q = QueryTerms::parse("where is the JWT token expiry checked?");
+        assert_eq!(q.terms, ["jwt", "token", "expiri", "check"]);
+        assert!(q.identifiers.is_empty());
+        let q = QueryTerms::parse("parse_config");
+        assert_eq!(q.terms, ["parseconfig", "pars", "config"]);
+        assert_eq!(q.identifiers, ["parseconfig"]);
+        let q = QueryTerms::parse("the");
+        assert_eq!(q.terms, ["the"]);
+    }
+
+    #[test]
+    fn hostile_text_becomes_plain_terms() {
+        let q = QueryTerms::parse(r#"" AND * -foo NEAR( OR "#);
+        let m = QueryTerms::fts_match(&q.terms);
+        assert_eq!(m, r#""foo" OR "near""#);
+        assert!(QueryTerms::parse("*** ((( ").is_empty());
+    }
+}

@@ -1,0 +1,18 @@
+//! ken: fast, private, precise code search for coding agents.
+//!
+//! Data flows one way: [`discover`] finds files, [`chunk`] cuts them into
+//! chunks using the grammars in [`lang`], [`index`] stores them through
+//! [`store`] (with [`lexical`] terms), and [`search`] answers queries.
+//! [`cli`] is the command line on top. See ARCHITECTURE.md for the map.
+
+pub mod bench;
+pub mod chunk;
+pub mod cli;
+pub mod discover;
+pub mod git;
+pub mod index;
+pub mod lang;
+pub mod lexical;
+pub mod search;
+pub mod status;
+pub mod store;

@@ -1,0 +1,439 @@
+//! Answering a query: lexical candidates from BM25 plus exact symbol-name
+//! matches, then a deterministic rerank (definitions and exact names first,
+//! tests and docs after source unless asked for), overlap removal and a cap
+//! of chunks per file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use globset::{GlobBuilder, GlobMatcher};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::params_from_iter;
+use serde::Serialize;
+
+use crate::git;
+use crate::lexical::{self, QueryTerms};
+use crate::store::Store;
+
+/// BM25 column weights: symbol name, path, body.
+const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
+/// Lexical candidates fetched per requested result, before the rerank.
+const OVERFETCH: usize = 8;
+/// Terms in more than this share of chunks are left out of the lexical
+/// match when rarer terms remain (they cost the most and rank the least).
+const COMMON_TERM_SHARE: f64 = 0.2;
+
+/// A search request. Filters apply before ranking.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    pub query: String,
+    pub limit: usize,
+    /// Glob over root-relative paths (`src/**/*.rs`, `*.py`); a plain
+    /// directory (`src/auth`) means everything under it.
+    pub path_glob: Option<String>,
+    pub language: Option<String>,
+    pub kind: Option<String>,
+    pub max_per_file: usize,
+}
+
+impl SearchRequest {
+    pub fn new(query: impl Into<String>) -> Self {
+        SearchRequest {
+            query: query.into(),
+            limit: 10,
+            path_glob: None,
+            language: None,
+            kind: None,
+            max_per_file: 3,
+        }
+    }
+}
+
+/// One ranked result.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SearchHit {
+    /// Path relative to the indexed root, `/`-separated.
+    pub path: String,
+    /// 1-based, inclusive.
+    pub start_line: u32,
+    pub end_line: u32,
+    pub score: f64,
+    pub kind: String,
+    pub symbol: Option<String>,
+    pub language: String,
+    /// The lines of the chunk that best match the query.
+    pub snippet: String,
+    /// Signatures of enclosing definitions (e.g. the class of a method).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    #[serde(skip)]
+    pub content: String,
+    #[serde(skip)]
+    pub chunk_id: i64,
+}
+
+pub struct Searcher {
+    store: Store,
+    branch: String,
+}
+
+struct Candidate {
+    bm25: f64,
+    exact_symbol: bool,
+}
+
+impl Searcher {
+    /// Opens the index of `root` (stored in `index_dir`) for searching the
+    /// root's current branch.
+    pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
+        let store = Store::open_for_read(index_dir)?;
+        let branch = git::head(root).catalog_key();
+        let indexed: bool = store.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)",
+            [&branch],
+            |r| r.get(0),
+        )?;
+        if !indexed {
+            let any: bool = store
+                .conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM catalog)", [], |r| r.get(0))?;
+            if any {
+                bail!(
+                    "the index has no files for the current branch `{branch}`; run `ken index` to index it \
+                     (unchanged files are re-used, not re-parsed)"
+                );
+            }
+        }
+        Ok(Searcher { store, branch })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    pub fn search(&self, req: &SearchRequest) -> Result<Vec<SearchHit>> {
+        let path_filter = req.path_glob.as_deref().map(compile_path_glob).transpose()?;
+        let q = QueryTerms::parse(&req.query);
+        if q.is_empty() || req.limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.register_path_filter(path_filter)?;
+
+        let mut candidates: HashMap<i64, Candidate> = HashMap::new();
+        let fetch = (req.limit * OVERFETCH).max(50);
+        let terms = self.selective_terms(&q)?;
+        if !terms.is_empty() {
+            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
+                candidates.insert(
+                    id,
+                    Candidate {
+                        bm25: -rank,
+                        exact_symbol: false,
+                    },
+                );
+            }
+        }
+        let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
+        for key in &q.identifiers {
+            for id in self.symbol_candidates(key, req)? {
+                candidates
+                    .entry(id)
+                    .or_insert(Candidate {
+                        bm25: best_bm25 * 0.5,
+                        exact_symbol: true,
+                    })
+                    .exact_symbol = true;
+            }
+        }
+        let mut hits = self.load_hits(&candidates)?;
+        let asks_for_tests = q.terms.iter().any(|t| t.starts_with("test") || t == "spec");
+        let asks_for_docs = q
+            .terms
+            .iter()
+            .any(|t| ["doc", "readm", "document", "guid"].contains(&t.as_str()));
+        for hit in &mut hits {
+            let cand = &candidates[&hit.chunk_id];
+            hit.score = cand.bm25 * rerank_factor(hit, cand.exact_symbol, asks_for_tests, asks_for_docs);
+        }
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+                .then_with(|| a.start_line.cmp(&b.start_line))
+        });
+        let mut hits = diversify(hits, req.limit, req.max_per_file.max(1));
+        for hit in &mut hits {
+            hit.snippet = snippet(&hit.content, &q, 4);
+            hit.score = (hit.score * 1000.0).round() / 1000.0;
+        }
+        Ok(hits)
+    }
+
+    /// The query terms worth matching: present in the index, and without the
+    /// very common ones when rarer terms exist.
+    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<Vec<&'q String>> {
+        let total = match self.store.meta("chunk_count")?.and_then(|v| v.parse::<f64>().ok()) {
+            Some(n) => n,
+            None => self
+                .store
+                .conn
+                .query_row("SELECT count(*) FROM chunks", [], |r| r.get::<_, i64>(0))? as f64,
+        };
+        let mut stmt = self
+            .store
+            .conn
+            .prepare_cached("SELECT doc FROM chunks_vocab WHERE term = ?1")?;
+        let mut with_df = Vec::new();
+        for term in &q.terms {
+            let df: i64 = stmt.query_row([term], |r| r.get(0)).unwrap_or(0);
+            if df > 0 {
+                with_df.push((term, df as f64));
+            }
+        }
+        let rare: Vec<&String> = with_df
+            .iter()
+            .filter(|(_, df)| *df <= total * COMMON_TERM_SHARE)
+            .map(|(t, _)| *t)
+            .collect();
+        Ok(if rare.is_empty() {
+            with_df.into_iter().map(|(t, _)| t).collect()
+        } else {
+            rare
+        })
+    }
+
+    fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
+        self.store.conn.create_scalar_function(
+            "ken_path_matches",
+            1,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            move |ctx| {
+                let path: String = ctx.get(0)?;
+                Ok(matcher.as_ref().is_none_or(|m| m.is_match(&path)))
+            },
+        )?;
+        Ok(())
+    }
+
+    /// SQL conditions and parameters for the request's filters; `?1` is the branch.
+    fn filters(&self, req: &SearchRequest) -> (String, Vec<String>) {
+        let mut sql = String::new();
+        let mut params = vec![self.branch.clone()];
+        if req.path_glob.is_some() {
+            sql.push_str(" AND ken_path_matches(k.path)");
+        }
+        if let Some(lang) = &req.language {
+            params.push(lang.to_ascii_lowercase());
+            sql.push_str(&format!(" AND f.language = ?{}", params.len()));
+        }
+        if let Some(kind) = &req.kind {
+            params.push(kind.to_ascii_lowercase());
+            sql.push_str(&format!(" AND c.kind = ?{}", params.len()));
+        }
+        (sql, params)
+    }
+
+    fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(QueryTerms::fts_match(terms.iter().copied()));
+        let match_param = params.len();
+        let (ws, wp, wb) = BM25_WEIGHTS;
+        let sql = format!(
+            "SELECT c.id, bm25(chunks_fts, {ws}, {wp}, {wb}) AS rank
+             FROM chunks_fts
+             JOIN chunks c ON c.id = chunks_fts.rowid
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             JOIN files f ON f.id = c.file_id
+             WHERE chunks_fts MATCH ?{match_param}{filter_sql}
+             ORDER BY rank LIMIT {fetch}"
+        );
+        let mut stmt = self.store.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(params.iter()), |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect::<rusqlite::Result<_>>().context("lexical search failed")
+    }
+
+    fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<i64>> {
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(key.to_string());
+        let key_param = params.len();
+        let sql = format!(
+            "SELECT c.id FROM chunks c
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             JOIN files f ON f.id = c.file_id
+             WHERE c.symbol_key = ?{key_param}{filter_sql} LIMIT 50"
+        );
+        let mut stmt = self.store.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(params.iter()), |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn load_hits(&self, candidates: &HashMap<i64, Candidate>) -> Result<Vec<SearchHit>> {
+        let mut stmt = self.store.conn.prepare_cached(
+            "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context, t.text
+             FROM chunks c
+             JOIN files f ON f.id = c.file_id
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
+             JOIN contents t ON t.hash = c.content_hash
+             WHERE c.id = ?1",
+        )?;
+        let mut hits = Vec::with_capacity(candidates.len());
+        for &id in candidates.keys() {
+            let hit = stmt.query_row(rusqlite::params![id, self.branch], |r| {
+                Ok(SearchHit {
+                    path: r.get(0)?,
+                    start_line: r.get(1)?,
+                    end_line: r.get(2)?,
+                    score: 0.0,
+                    kind: r.get(3)?,
+                    symbol: r.get(4)?,
+                    language: r.get(5)?,
+                    snippet: String::new(),
+                    context: r.get(6)?,
+                    content: r.get(7)?,
+                    chunk_id: id,
+                })
+            })?;
+            hits.push(hit);
+        }
+        Ok(hits)
+    }
+}
+
+/// Compiles a `--path` filter. A pattern without glob characters is a path
+/// prefix: a directory or a file.
+pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
+    let pattern = pattern.trim().trim_start_matches("./");
+    let has_meta = pattern.contains(['*', '?', '[', '{']);
+    let pattern = if has_meta {
+        pattern.to_string()
+    } else {
+        format!(
+            "{{{},{}/**}}",
+            pattern.trim_end_matches('/'),
+            pattern.trim_end_matches('/')
+        )
+    };
+    Ok(GlobBuilder::new(&pattern)
+        .literal_separator(false)
+        .build()
+        .with_context(|| format!("invalid --path pattern `{pattern}`"))?
+        .compile_matcher())
+}
+
+fn is_test_path(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    p.split('/').any(|seg| {
+        seg == "test"
+            || seg == "tests"
+            || seg == "testing"
+            || seg == "__tests__"
+            || seg == "spec"
+            || seg.starts_with("test_")
+            || seg.ends_with("_test.go")
+            || seg.ends_with("_test.py")
+            || seg.contains(".test.")
+            || seg.contains(".spec.")
+            || seg.ends_with("test.java")
+            || seg.ends_with("tests.cs")
+            || seg == "conftest.py"
+    })
+}
+
+fn rerank_factor(hit: &SearchHit, exact_symbol: bool, asks_for_tests: bool, asks_for_docs: bool) -> f64 {
+    let mut f = 1.0;
+    if exact_symbol {
+        f *= 3.0;
+    }
+    match hit.kind.as_str() {
+        "module" => f *= 0.8,
+        "text" | "section" if !asks_for_docs => f *= 0.7,
+        _ => {}
+    }
+    if !asks_for_tests && is_test_path(&hit.path) {
+        f *= 0.75;
+    }
+    f
+}
+
+/// Keeps the best hits, dropping any that overlaps a better one in the same
+/// file and any beyond `max_per_file` per file.
+fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: usize) -> Vec<SearchHit> {
+    let mut kept: Vec<SearchHit> = Vec::with_capacity(limit);
+    let mut per_file: HashMap<String, usize> = HashMap::new();
+    for hit in hits {
+        if kept.len() >= limit {
+            break;
+        }
+        let overlaps = kept
+            .iter()
+            .any(|k| k.path == hit.path && k.start_line <= hit.end_line && hit.start_line <= k.end_line);
+        let count = per_file.entry(hit.path.clone()).or_default();
+        if overlaps || *count >= max_per_file {
+            continue;
+        }
+        *count += 1;
+        kept.push(hit);
+    }
+    kept
+}
+
+/// The `max_lines` consecutive lines of `content` that contain the most
+/// distinct query terms (the first lines when nothing matches).
+pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
+    let lines: Vec<&str> = content.lines().collect();
+    if lines.len() <= max_lines {
+        return lines.join("\n");
+    }
+    let line_terms: Vec<Vec<String>> = lines
+        .iter()
+        .map(|line| {
+            let mut s = String::new();
+            lexical::index_terms(line, &mut s);
+            s.split(' ')
+                .filter(|t| q.terms.iter().any(|qt| qt == t))
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let mut best = (0usize, 0usize);
+    for start in 0..=lines.len() - max_lines {
+        let mut distinct: Vec<&String> = line_terms[start..start + max_lines].iter().flatten().collect();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() > best.1 {
+            best = (start, distinct.len());
+        }
+    }
+    lines[best.0..best.0 + max_lines].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_globs_and_prefixes() {
+        let m = compile_path_glob("src/auth").unwrap();
+        assert!(m.is_match("src/auth/jwt.rs"));
+        assert!(m.is_match("src/auth"));
+        assert!(!m.is_match("src/authz/x.rs"));
+        let m = compile_path_glob("*.py").unwrap();
+        assert!(m.is_match("a/b/c.py"));
+        assert!(!m.is_match("a/b/c.rs"));
+        assert!(compile_path_glob("src/[").is_err());
+    }
+
+    #[test]
+    fn test_paths_are_recognised() {
+        assert!(is_test_path("tests/test_x.py"));
+        assert!(is_test_path("pkg/server_test.go"));
+        assert!(is_test_path("src/app.spec.ts"));
+        assert!(is_test_path("src/testing/x.rs"));
+        assert!(!is_test_path("src/contest.rs"));
+    }
+}

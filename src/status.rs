@@ -1,0 +1,97 @@
+//! `ken status`: what the index holds and what it reflects.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::cli::Style;
+use crate::discover::SkipCounts;
+use crate::git;
+use crate::index::{BranchTotals, IndexReport};
+use crate::store::{self, Store, SCHEMA_VERSION};
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub root: String,
+    pub index_dir: String,
+    pub schema_version: i64,
+    /// The catalog searched now (the current branch; empty outside git).
+    pub branch: String,
+    pub head: String,
+    pub files: u64,
+    pub chunks: u64,
+    pub languages: BTreeMap<String, u64>,
+    pub last_indexed_at: Option<String>,
+    pub last_index_seconds: Option<f64>,
+    pub index_bytes: u64,
+    pub skipped: SkipCounts,
+    /// Every branch with files in the index, with its file count.
+    pub branches: BTreeMap<String, u64>,
+}
+
+pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
+    let store = Store::open_for_read(index_dir)?;
+    let head = git::head(root);
+    let branch = head.catalog_key();
+    let totals = BranchTotals::read(&store, &branch)?;
+    let branches = store::counts_by(&store.conn, "SELECT branch, count(*) FROM catalog GROUP BY branch", [])?;
+    let last: Option<IndexReport> = store
+        .meta("last_index_report")?
+        .and_then(|json| serde_json::from_str(&json).ok());
+    Ok(Status {
+        root: root.display().to_string(),
+        index_dir: index_dir.display().to_string(),
+        schema_version: SCHEMA_VERSION,
+        branch,
+        head: head.describe(),
+        files: totals.files,
+        chunks: totals.chunks,
+        languages: totals.languages,
+        last_indexed_at: store.meta("last_indexed_at")?,
+        last_index_seconds: last.as_ref().map(|r| r.seconds),
+        index_bytes: store.disk_size(),
+        skipped: last.map(|r| r.skipped).unwrap_or_default(),
+        branches,
+    })
+}
+
+impl Status {
+    pub fn render(&self, s: Style) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} {}", s.bold("root:"), self.root);
+        let _ = writeln!(
+            out,
+            "  index:        {} ({:.1} MB)",
+            self.index_dir,
+            self.index_bytes as f64 / 1e6
+        );
+        let _ = writeln!(out, "  head:         {}", self.head);
+        let _ = writeln!(out, "  files:        {}", self.files);
+        let _ = writeln!(out, "  chunks:       {}", self.chunks);
+        let mut langs: Vec<(&String, &u64)> = self.languages.iter().collect();
+        langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let langs: Vec<String> = langs.iter().map(|(l, n)| format!("{l} {n}")).collect();
+        let _ = writeln!(out, "  languages:    {}", langs.join(", "));
+        let when = self.last_indexed_at.as_deref().unwrap_or("never");
+        match self.last_index_seconds {
+            Some(secs) => {
+                let _ = writeln!(out, "  last indexed: {when} (took {secs:.2} s)");
+            }
+            None => {
+                let _ = writeln!(out, "  last indexed: {when}");
+            }
+        }
+        if !self.skipped.is_empty() {
+            let skipped: Vec<String> = self.skipped.iter().map(|(k, n)| format!("{n} {}", k.label())).collect();
+            let _ = writeln!(out, "  skipped:      {}", skipped.join(", "));
+        }
+        if self.branches.len() > 1 {
+            let branches: Vec<String> = self.branches.iter().map(|(b, n)| format!("{b} ({n} files)")).collect();
+            let _ = writeln!(out, "  branches:     {}", branches.join(", "));
+        }
+        out
+    }
+}

@@ -1,0 +1,524 @@
+//! The on-disk index: one SQLite database (WAL) under `<root>/.ken/`.
+//!
+//! Layout, chosen for what comes after lexical search:
+//! - `files` holds file *versions* (path + content hash), so two branches that
+//!   differ in one file share every other version and its chunks;
+//! - `catalog` maps a branch to the version of each path it has;
+//! - `chunks` belong to a file version; their text lives once per distinct
+//!   content in `contents` (keyed by xxh3), where embeddings will also be keyed;
+//! - `chunks_fts` is a contentless FTS5 table of pre-tokenized terms whose rowid
+//!   is the chunk id.
+//!
+//! Every change happens in a transaction that leaves these tables consistent.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
+
+use crate::chunk::Chunk;
+use crate::lexical;
+
+/// Bumped whenever the schema or the meaning of stored data changes; an
+/// index with another version is rebuilt.
+pub const SCHEMA_VERSION: i64 = 1;
+
+pub const INDEX_DIR_NAME: &str = ".ken";
+const DB_FILE: &str = "index.db";
+const LOCK_FILE: &str = "write.lock";
+
+const SCHEMA: &str = r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE files (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    content_hash INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    language TEXT NOT NULL,
+    line_count INTEGER NOT NULL,
+    UNIQUE (path, content_hash)
+);
+CREATE TABLE contents (hash INTEGER PRIMARY KEY, text TEXT NOT NULL);
+CREATE TABLE chunks (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files (id),
+    content_hash INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    start_byte INTEGER NOT NULL,
+    end_byte INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    symbol TEXT,
+    symbol_key TEXT,
+    context TEXT
+);
+CREATE INDEX chunks_by_file ON chunks (file_id);
+CREATE INDEX chunks_by_content ON chunks (content_hash);
+CREATE INDEX chunks_by_symbol ON chunks (symbol_key) WHERE symbol_key IS NOT NULL;
+CREATE TABLE catalog (
+    branch TEXT NOT NULL,
+    path TEXT NOT NULL,
+    file_id INTEGER NOT NULL REFERENCES files (id),
+    mtime_ns INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    PRIMARY KEY (branch, path)
+) WITHOUT ROWID;
+CREATE INDEX catalog_by_file ON catalog (file_id);
+CREATE VIRTUAL TABLE chunks_fts USING fts5 (
+    symbol, path, body,
+    content = '', contentless_delete = 1,
+    tokenize = 'unicode61 remove_diacritics 0'
+);
+CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab (chunks_fts, 'row');
+"#;
+
+/// Where the index of `root` lives.
+pub fn index_dir_for(root: &Path) -> PathBuf {
+    root.join(INDEX_DIR_NAME)
+}
+
+pub struct Store {
+    pub conn: Connection,
+    pub dir: PathBuf,
+}
+
+/// A path's entry in a branch's catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogEntry {
+    pub file_id: i64,
+    pub mtime_ns: i64,
+    pub size: i64,
+    pub content_hash: i64,
+}
+
+/// A parsed file ready to be stored.
+pub struct NewFileVersion {
+    pub path: String,
+    pub content_hash: i64,
+    pub size: i64,
+    pub language: String,
+    pub line_count: i64,
+    pub chunks: Vec<Chunk>,
+}
+
+impl Store {
+    /// Opens the index for writing, creating it if needed. An index of another
+    /// schema version, or one that SQLite cannot read, is rebuilt from scratch.
+    pub fn open_for_write(dir: &Path) -> Result<Store> {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create the index directory {}", dir.display()))?;
+        // Keeps the index out of `git status` even where .git/info/exclude is not written.
+        let ignore_file = dir.join(".gitignore");
+        if !ignore_file.exists() {
+            let _ = fs::write(&ignore_file, "*\n");
+        }
+        let db = dir.join(DB_FILE);
+        match Self::open_existing_db(&db, false) {
+            Ok(Some(conn)) => {
+                return Ok(Store {
+                    conn,
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("ken: rebuilding the index at {}: {e:#}", dir.display());
+                remove_db_files(&db)?;
+            }
+        }
+        let conn = Connection::open(&db).with_context(|| format!("cannot create {}", db.display()))?;
+        configure(&conn)?;
+        conn.execute_batch(SCHEMA).context("creating the index schema")?;
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
+            params![SCHEMA_VERSION.to_string(), now_rfc3339()],
+        )?;
+        Ok(Store {
+            conn,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Opens an existing index for reading; a clear error if there is none.
+    pub fn open_for_read(dir: &Path) -> Result<Store> {
+        let db = dir.join(DB_FILE);
+        match Self::open_existing_db(&db, true) {
+            Ok(Some(conn)) => Ok(Store {
+                conn,
+                dir: dir.to_path_buf(),
+            }),
+            Ok(None) => bail!("no index at {}; run `ken index` in the repository first", dir.display()),
+            Err(e) => Err(e.context(format!(
+                "the index at {} cannot be used; run `ken index` to rebuild it",
+                dir.display()
+            ))),
+        }
+    }
+
+    /// `Ok(None)`: no database yet. `Err`: present but unusable (corrupt,
+    /// another schema version).
+    fn open_existing_db(db: &Path, read_only: bool) -> Result<Option<Connection>> {
+        if !db.exists() {
+            return Ok(None);
+        }
+        let flags = if read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(db, flags).with_context(|| format!("cannot open {}", db.display()))?;
+        if !read_only {
+            configure(&conn)?;
+        } else {
+            conn.busy_timeout(Duration::from_secs(10))?;
+        }
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
+            .optional()
+            .context("the index database is damaged")?;
+        match version.and_then(|v| v.parse::<i64>().ok()) {
+            Some(SCHEMA_VERSION) => Ok(Some(conn)),
+            Some(v) => bail!("it has schema version {v}, this ken uses {SCHEMA_VERSION}"),
+            None => bail!("it has no schema version"),
+        }
+    }
+
+    /// Takes the index's writer lock, waiting up to `timeout` for another
+    /// writer. The lock is an OS file lock, so a crashed writer never leaves it held.
+    pub fn lock_for_write(&self, timeout: Duration) -> Result<WriteLock> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+        let started = Instant::now();
+        let mut told = false;
+        loop {
+            // SAFETY: flock on a file descriptor we own.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(WriteLock { _file: file });
+            }
+            if started.elapsed() >= timeout {
+                bail!(
+                    "another ken process is writing the index at {} (waited {:?}); try again when it is done",
+                    self.dir.display(),
+                    timeout
+                );
+            }
+            if !told {
+                eprintln!("ken: waiting for another ken process that is writing this index...");
+                told = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    pub fn catalog(&self, branch: &str) -> Result<HashMap<String, CatalogEntry>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT c.path, c.file_id, c.mtime_ns, c.size, f.content_hash
+             FROM catalog c JOIN files f ON f.id = c.file_id WHERE c.branch = ?1",
+        )?;
+        let rows = stmt.query_map([branch], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                CatalogEntry {
+                    file_id: r.get(1)?,
+                    mtime_ns: r.get(2)?,
+                    size: r.get(3)?,
+                    content_hash: r.get(4)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Size of the index files on disk, in bytes.
+    pub fn disk_size(&self) -> u64 {
+        fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Folds the WAL back into the database after a bulk load.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+        Ok(())
+    }
+
+    /// Merges the FTS index segments, which makes queries faster after many writes.
+    pub fn optimize_lexical(&self) -> Result<()> {
+        self.conn
+            .execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')", [])?;
+        Ok(())
+    }
+}
+
+/// Held while a process writes the index; released on drop or process exit.
+pub struct WriteLock {
+    _file: File,
+}
+
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = NORMAL;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -65536;",
+    )
+    .context("configuring the index database")?;
+    Ok(())
+}
+
+fn remove_db_files(db: &Path) -> Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        let p = PathBuf::from(p);
+        if p.exists() {
+            fs::remove_file(&p).with_context(|| format!("cannot remove {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    format_rfc3339(secs)
+}
+
+/// UTC timestamp of `secs` since the epoch, e.g. `2026-11-22T03:45:00Z`.
+pub fn format_rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The write operations of one indexing batch, inside one transaction.
+pub struct Batch<'c> {
+    tx: Transaction<'c>,
+}
+
+impl<'c> Batch<'c> {
+    pub fn begin(store: &'c mut Store) -> Result<Batch<'c>> {
+        Ok(Batch {
+            tx: store.conn.transaction()?,
+        })
+    }
+
+    pub fn commit(self) -> Result<()> {
+        self.tx.commit().context("committing to the index")
+    }
+
+    /// The id of an already stored version of `path` with this content.
+    pub fn find_version(&self, path: &str, content_hash: i64) -> Result<Option<i64>> {
+        Ok(self
+            .tx
+            .prepare_cached("SELECT id FROM files WHERE path = ?1 AND content_hash = ?2")?
+            .query_row(params![path, content_hash], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Stores a new file version with its chunks and their lexical terms.
+    pub fn insert_version(&self, file: &NewFileVersion) -> Result<i64> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO files (path, content_hash, size, language, line_count) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                file.path,
+                file.content_hash,
+                file.size,
+                file.language,
+                file.line_count
+            ])?;
+        let file_id = self.tx.last_insert_rowid();
+        let mut insert_content = self
+            .tx
+            .prepare_cached("INSERT INTO contents (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING")?;
+        let mut insert_chunk = self.tx.prepare_cached(
+            "INSERT INTO chunks (file_id, content_hash, start_line, end_line, start_byte, end_byte, kind, symbol, symbol_key, context)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )?;
+        let mut insert_fts = self
+            .tx
+            .prepare_cached("INSERT INTO chunks_fts (rowid, symbol, path, body) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut path_terms = String::new();
+        lexical::index_terms(&file.path, &mut path_terms);
+        let (mut symbol_terms, mut body_terms) = (String::new(), String::new());
+        for chunk in &file.chunks {
+            let hash = content_hash(chunk.text.as_bytes());
+            insert_content.execute(params![hash, chunk.text])?;
+            let symbol_key = chunk.symbol.as_deref().map(lexical::joined_key);
+            insert_chunk.execute(params![
+                file_id,
+                hash,
+                chunk.start_line,
+                chunk.end_line,
+                chunk.start_byte,
+                chunk.end_byte,
+                chunk.kind,
+                chunk.symbol,
+                symbol_key,
+                chunk.context
+            ])?;
+            let chunk_id = self.tx.last_insert_rowid();
+            symbol_terms.clear();
+            body_terms.clear();
+            if let Some(symbol) = &chunk.symbol {
+                lexical::index_terms(symbol, &mut symbol_terms);
+            }
+            if let Some(context) = &chunk.context {
+                lexical::index_terms(context, &mut body_terms);
+            }
+            lexical::index_terms(&chunk.text, &mut body_terms);
+            insert_fts.execute(params![chunk_id, symbol_terms, path_terms, body_terms])?;
+        }
+        Ok(file_id)
+    }
+
+    /// Points `branch`'s entry for `path` at a file version; the version it
+    /// replaces is deleted if no branch uses it any more.
+    pub fn set_catalog(&self, branch: &str, path: &str, file_id: i64, mtime_ns: i64, size: i64) -> Result<()> {
+        let previous: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT file_id FROM catalog WHERE branch = ?1 AND path = ?2")?
+            .query_row(params![branch, path], |r| r.get(0))
+            .optional()?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO catalog (branch, path, file_id, mtime_ns, size) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (branch, path) DO UPDATE SET file_id = excluded.file_id,
+                     mtime_ns = excluded.mtime_ns, size = excluded.size",
+            )?
+            .execute(params![branch, path, file_id, mtime_ns, size])?;
+        if let Some(prev) = previous.filter(|&p| p != file_id) {
+            self.drop_version_if_unused(prev)?;
+        }
+        Ok(())
+    }
+
+    /// Removes `path` from `branch`'s catalog (the file was deleted or is now skipped).
+    pub fn remove_from_catalog(&self, branch: &str, path: &str) -> Result<()> {
+        let previous: Option<i64> = self
+            .tx
+            .prepare_cached("DELETE FROM catalog WHERE branch = ?1 AND path = ?2 RETURNING file_id")?
+            .query_row(params![branch, path], |r| r.get(0))
+            .optional()?;
+        if let Some(prev) = previous {
+            self.drop_version_if_unused(prev)?;
+        }
+        Ok(())
+    }
+
+    fn drop_version_if_unused(&self, file_id: i64) -> Result<()> {
+        let used: bool = self
+            .tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM catalog WHERE file_id = ?1)")?
+            .query_row([file_id], |r| r.get(0))?;
+        if used {
+            return Ok(());
+        }
+        let chunk_ids: Vec<(i64, i64)> = self
+            .tx
+            .prepare_cached("SELECT id, content_hash FROM chunks WHERE file_id = ?1")?
+            .query_map([file_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut delete_fts = self.tx.prepare_cached("DELETE FROM chunks_fts WHERE rowid = ?1")?;
+        let mut delete_content = self.tx.prepare_cached(
+            "DELETE FROM contents WHERE hash = ?1 AND NOT EXISTS
+                 (SELECT 1 FROM chunks WHERE content_hash = ?1 AND file_id != ?2)",
+        )?;
+        for (id, hash) in chunk_ids {
+            delete_fts.execute([id])?;
+            delete_content.execute([hash, file_id])?;
+        }
+        self.tx
+            .prepare_cached("DELETE FROM chunks WHERE file_id = ?1")?
+            .execute([file_id])?;
+        self.tx
+            .prepare_cached("DELETE FROM files WHERE id = ?1")?
+            .execute([file_id])?;
+        Ok(())
+    }
+}
+
+/// Runs a `SELECT count(*)`-style query that yields one non-negative integer.
+pub fn count(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<u64> {
+    let n: i64 = conn.query_row(sql, params, |r| r.get(0))?;
+    Ok(n.max(0) as u64)
+}
+
+/// Rows of (name, count) from a `GROUP BY` query.
+pub fn counts_by(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<std::collections::BTreeMap<String, u64>> {
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map(params, |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// xxh3 of `bytes`, as stored in the index.
+pub fn content_hash(bytes: &[u8]) -> i64 {
+    xxhash_rust::xxh3::xxh3_64(bytes) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
+        assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

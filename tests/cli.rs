@@ -1,0 +1,328 @@
+//! End-to-end tests of the `ken` command line on real folders, git
+//! repositories and SQLite indexes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+#[test]
+fn indexes_a_git_repo_and_finds_definitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    write(root, ".gitignore", "ignored/\n");
+    write(root, "ignored/secret.py", "def parse_config_ignored():\n    pass\n");
+    git(root, &["init", "-q"]);
+
+    let report = ken_json(root, &["index", "--json"]);
+    assert_eq!(report["files"], 6, "{report}");
+    assert!(report["chunks"].as_u64().unwrap() >= 12, "{report}");
+    for lang in ["python", "go", "rust", "typescript", "markdown", "text"] {
+        assert_eq!(report["languages"][lang], 1, "{lang} in {report}");
+    }
+    assert_eq!(report["branch"], "main");
+
+    let hits = search(root, "check_expiry", 5);
+    assert_eq!(hits[0]["path"], "src/auth/jwt.py");
+    assert_eq!(hits[0]["kind"], "method");
+    assert_eq!(hits[0]["symbol"], "check_expiry");
+    assert_eq!(hits[0]["language"], "python");
+    assert_eq!(hits[0]["start_line"], 10);
+    assert!(hits[0]["end_line"].as_u64().unwrap() >= 12);
+    assert!(hits[0]["snippet"].as_str().unwrap().contains("def check_expiry"));
+    assert!(hits[0]["score"].as_f64().unwrap() > 0.0);
+
+    // A natural-language question reaches the method by its doc words.
+    let hits = search(root, "where is the token expiry checked?", 3);
+    assert_eq!(hits[0]["symbol"], "check_expiry", "{hits:?}");
+
+    // Ignored files are not indexed; the index never shows up in git status.
+    assert!(search(root, "parse_config_ignored", 10)
+        .iter()
+        .all(|h| h["path"] != "ignored/secret.py"));
+    let exclude = std::fs::read_to_string(root.join(".git/info/exclude")).unwrap();
+    assert!(exclude.lines().any(|l| l == ".ken/"));
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&status.stdout).contains(".ken"));
+}
+
+#[test]
+fn an_identifier_query_ranks_its_definition_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    // Many mentions elsewhere must not outrank the one definition.
+    for i in 0..8 {
+        let calls = "    cfg = parse_config(path)\n    parse_config(other)\n".repeat(5);
+        write(
+            root,
+            &format!("callers/use_{i}.py"),
+            &format!("def use_{i}(path, other):\n{calls}"),
+        );
+    }
+    ken_ok(root, &["index", "-q"]);
+    for query in ["parse_config", "parseConfig", "ParseConfig"] {
+        let hits = search(root, query, 5);
+        assert_eq!(hits[0]["symbol"], "parse_config", "{query}: {hits:?}");
+        assert_eq!(hits[0]["path"], "src/auth/jwt.py", "{query}");
+    }
+    let hits = search(root, "UserStore", 3);
+    assert_eq!(
+        (hits[0]["kind"].as_str(), hits[0]["symbol"].as_str()),
+        (Some("class"), Some("UserStore"))
+    );
+}
+
+#[test]
+fn filters_by_path_language_and_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "-q"]);
+    let all = search(root, "config", 20);
+    assert!(paths(&all).iter().any(|p| p.ends_with(".py")) && paths(&all).iter().any(|p| p.ends_with(".rs")));
+
+    let rust = ken_json(root, &["search", "--json", "--lang", "rust", "config"]);
+    assert!(!rust.as_array().unwrap().is_empty());
+    assert!(rust.as_array().unwrap().iter().all(|h| h["language"] == "rust"));
+
+    let under_src = ken_json(root, &["search", "--json", "--path", "src/auth", "config"]);
+    assert!(!under_src.as_array().unwrap().is_empty());
+    assert!(paths(under_src.as_array().unwrap())
+        .iter()
+        .all(|p| p.starts_with("src/auth/")));
+
+    let globbed = ken_json(root, &["search", "--json", "--path", "*.go", "config"]);
+    assert!(paths(globbed.as_array().unwrap()).iter().all(|p| p.ends_with(".go")));
+
+    let methods = ken_json(root, &["search", "--json", "--kind", "method", "config"]);
+    let methods = methods.as_array().unwrap();
+    assert!(!methods.is_empty());
+    assert!(methods.iter().all(|h| h["kind"] == "method"));
+
+    let bad = ken(root, &["search", "--path", "src/[", "x"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--path"));
+}
+
+#[test]
+fn reindex_touches_only_changed_files_and_drops_deleted_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let first = ken_json(root, &["index", "--json"]);
+    assert_eq!(first["parsed"], 6);
+
+    // Files written just now are re-read once (mtime may tick again); settle that.
+    std::thread::sleep(Duration::from_millis(2100));
+    ken_ok(root, &["index", "-q"]);
+    let again = ken_json(root, &["index", "--json"]);
+    assert_eq!(
+        (again["parsed"].as_u64(), again["unchanged"].as_u64()),
+        (Some(0), Some(6)),
+        "{again}"
+    );
+
+    write(root, "src/lib.rs", "pub fn brand_new_function_xyzzy() {}\n");
+    write(root, "src/extra.py", "def freshly_added_plugh():\n    return 1\n");
+    std::fs::remove_file(root.join("notes.txt")).unwrap();
+    let third = ken_json(root, &["index", "--json"]);
+    assert_eq!(third["parsed"], 2, "{third}");
+    assert_eq!(third["removed"], 1, "{third}");
+    assert_eq!(third["unchanged"], 4, "{third}");
+    assert_eq!(third["files"], 6, "{third}");
+
+    assert_eq!(search(root, "brand_new_function_xyzzy", 3)[0]["path"], "src/lib.rs");
+    assert_eq!(search(root, "freshly_added_plugh", 3)[0]["path"], "src/extra.py");
+    assert!(search(root, "render_template", 10)
+        .iter()
+        .all(|h| h["symbol"] != "render_template"));
+    assert!(search(root, "deployment pipeline", 10)
+        .iter()
+        .all(|h| h["path"] != "notes.txt"));
+}
+
+#[test]
+fn bad_files_are_skipped_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "good.py", "def good():\n    return 1\n");
+    std::fs::write(root.join("image.dat2"), b"\x89PNG\r\n\x1a\n\0\0\0binary").unwrap();
+    std::fs::write(root.join("latin1.py"), b"def caf\xe9():\n    pass\n").unwrap();
+    let huge = std::fs::File::create(root.join("huge.py")).unwrap();
+    huge.set_len(50 * 1024 * 1024).unwrap();
+    write(root, "bundle.js", &format!("var a={};\n", "1+".repeat(6000)));
+    write(
+        root,
+        "gen.go",
+        "// Code generated by protoc-gen-go. DO NOT EDIT.\npackage x\n",
+    );
+    std::fs::create_dir(root.join("loop")).unwrap();
+    std::os::unix::fs::symlink(root.join("loop"), root.join("loop/again")).unwrap();
+    std::os::unix::fs::symlink(root.join("a-link"), root.join("b-link")).unwrap();
+    std::os::unix::fs::symlink(root.join("b-link"), root.join("a-link")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("outside")).unwrap();
+
+    let report = ken_json(root, &["index", "--json"]);
+    assert_eq!(report["files"], 1, "{report}");
+    let skipped = &report["skipped"];
+    assert_eq!(skipped["binary"], 1, "{report}");
+    assert_eq!(skipped["invalid_utf8"], 1, "{report}");
+    assert_eq!(skipped["too_large"], 1, "{report}");
+    assert_eq!(skipped["minified"], 1, "{report}");
+    assert_eq!(skipped["generated"], 1, "{report}");
+    assert_eq!(skipped["symlink"], 4, "{report}");
+    assert!(search(root, "root", 10).iter().all(|h| h["path"] != "outside"));
+    assert_eq!(search(root, "good", 1)[0]["path"], "good.py");
+}
+
+#[test]
+fn hostile_queries_are_plain_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "-q"]);
+    for query in [
+        "\"unbalanced",
+        "AND OR NOT",
+        "config AND",
+        "*",
+        "-config",
+        "NEAR(config user, 2)",
+        "col:config",
+        "^start",
+        "a\"b\"c",
+        "{}[]()",
+        "'; DROP TABLE chunks; --",
+        "\u{1F600} émoji ünïcode",
+    ] {
+        // `--` ends the options, as for any command line, so a query may start with `-`.
+        let out = ken(root, &["search", "--json", "--", query]);
+        assert!(
+            out.status.success(),
+            "{query}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v.is_array(), "{query}");
+    }
+    let hits = search(root, "user -config", 5);
+    assert!(!hits.is_empty(), "`-config` still searches for config");
+}
+
+#[test]
+fn missing_paths_and_missing_indexes_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = ken(tmp.path(), &["index", "/definitely/not/here"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such directory"));
+
+    let out = ken(tmp.path(), &["search", "anything"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ken index"));
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn works_from_subdirectories_and_with_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    sample_project(&root);
+    let elsewhere = tempfile::tempdir().unwrap();
+    ken_ok(elsewhere.path(), &["--root", root.to_str().unwrap(), "index", "-q"]);
+    let hits = ken_json(
+        elsewhere.path(),
+        &["--root", root.to_str().unwrap(), "search", "--json", "render_template"],
+    );
+    assert_eq!(hits[0]["path"], "src/lib.rs");
+    // From inside the repo, the index above is found.
+    let hits = search(&root.join("src/auth"), "render_template", 3);
+    assert_eq!(hits[0]["path"], "src/lib.rs");
+    let status = ken_json(&root, &["status", "--json"]);
+    assert_eq!(status["files"], 6);
+    assert_eq!(status["branch"], "");
+    assert!(status["index_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn an_index_of_another_schema_or_a_corrupt_one_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "-q"]);
+    let db = root.join(".ken/index.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'", [])
+            .unwrap();
+    }
+    let out = ken(root, &["search", "config"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("schema version 999"));
+    let out = ken(root, &["index"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rebuilding"));
+    assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
+
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(root.join(format!(".ken/index.db{suffix}")));
+    }
+    std::fs::write(&db, b"this is not a database, just garbage bytes".repeat(200)).unwrap();
+    let out = ken(root, &["search", "config"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ken index"));
+    ken_ok(root, &["index", "-q"]);
+    assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
+}
+
+#[test]
+fn an_interrupted_index_leaves_a_usable_index_and_the_next_run_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..3000 {
+        write(
+            root,
+            &format!("pkg{}/mod_{i}.py", i % 30),
+            &format!("def function_{i}(x):\n    \"\"\"Unique marker token{i}marker.\"\"\"\n    return x + {i}\n\n\nclass Thing{i}:\n    def run(self):\n        return {i}\n"),
+        );
+    }
+    let clean = ken_json(root, &["index", "--json"]);
+    assert_eq!(clean["files"], 3000);
+    let expected_chunks = clean["chunks"].clone();
+    for kill_after_ms in [60u64, 150, 300, 600] {
+        let _ = std::fs::remove_dir_all(root.join(".ken"));
+        let mut child = std::process::Command::new(ken_bin())
+            .args(["index", "-q"])
+            .current_dir(root)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(kill_after_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Whatever was committed is readable and consistent.
+        if root.join(".ken/index.db").exists() {
+            let out = ken(root, &["status", "--json"]);
+            if out.status.success() {
+                let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert!(status["files"].as_u64().unwrap() <= 3000);
+            }
+        }
+        let report = ken_json(root, &["index", "--json"]);
+        assert_eq!(report["files"], 3000, "after a kill at {kill_after_ms} ms: {report}");
+        assert_eq!(
+            report["chunks"], expected_chunks,
+            "after a kill at {kill_after_ms} ms: {report}"
+        );
+        let hits = search(root, "token2999marker", 1);
+        assert_eq!(hits[0]["path"], "pkg29/mod_2999.py");
+    }
+}

@@ -1,0 +1,188 @@
+//! Helpers for tests that drive the real `ken` binary on real folders.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub fn ken_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ken"))
+}
+
+/// Runs `ken ARGS` in `dir`, returning the output (whatever the exit status).
+pub fn ken(dir: &Path, args: &[&str]) -> Output {
+    Command::new(ken_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KEN_INDEX_DIR")
+        .env_remove("KEN_GRAMMARS_DIR")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("ken runs")
+}
+
+/// Runs `ken ARGS` in `dir` and fails the test unless it exits 0.
+pub fn ken_ok(dir: &Path, args: &[&str]) -> String {
+    let out = ken(dir, args);
+    assert!(
+        out.status.success(),
+        "ken {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+pub fn ken_json(dir: &Path, args: &[&str]) -> Value {
+    let out = ken_ok(dir, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ken {args:?} printed invalid JSON ({e}): {out}"))
+}
+
+/// `ken search --json -k K QUERY` results.
+pub fn search(dir: &Path, query: &str, k: usize) -> Vec<Value> {
+    let k = k.to_string();
+    ken_json(dir, &["search", "--json", "-k", &k, query])
+        .as_array()
+        .expect("a JSON list")
+        .clone()
+}
+
+pub fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "user.name=t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn paths(results: &[Value]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A small multi-language project.
+pub fn sample_project(root: &Path) {
+    write(
+        root,
+        "src/auth/jwt.py",
+        r#"import time
+
+
+class TokenValidator:
+    """Validates JSON web tokens."""
+
+    def __init__(self, secret):
+        self.secret = secret
+
+    def check_expiry(self, claims):
+        """Reject tokens whose exp claim lies in the past."""
+        return claims["exp"] > time.time()
+
+
+def parse_config(path):
+    with open(path) as f:
+        return f.read()
+"#,
+    );
+    write(
+        root,
+        "src/server/main.go",
+        r#"package main
+
+import "fmt"
+
+// Server answers HTTP requests.
+type Server struct {
+	port int
+}
+
+// Start listens on the configured port.
+func (s *Server) Start() error {
+	fmt.Println("listening", s.port)
+	return nil
+}
+
+func main() {
+	cfg := parseConfig("app.toml")
+	_ = cfg
+}
+"#,
+    );
+    write(
+        root,
+        "src/lib.rs",
+        r#"//! Library root.
+
+/// Configuration loaded from disk.
+pub struct AppConfig {
+    pub name: String,
+}
+
+impl AppConfig {
+    /// Reads the configuration file and parses it.
+    pub fn load(path: &str) -> std::io::Result<AppConfig> {
+        let name = std::fs::read_to_string(path)?;
+        Ok(AppConfig { name })
+    }
+}
+
+pub fn render_template(name: &str) -> String {
+    format!("hello {name}")
+}
+"#,
+    );
+    write(
+        root,
+        "web/app.ts",
+        r#"import { api } from "./api";
+
+export interface User {
+  id: number;
+  name: string;
+}
+
+export class UserStore {
+  private users: User[] = [];
+
+  add(user: User): void {
+    this.users.push(user);
+  }
+
+  findByName(name: string): User | undefined {
+    return this.users.find((u) => u.name === name);
+  }
+}
+
+export const fetchUsers = async () => api.get("/users");
+"#,
+    );
+    write(
+        root,
+        "docs/guide.md",
+        "# Guide\n\nHow to deploy.\n\n## Install\n\nRun the installer.\n\n## Configure\n\nEdit app.toml.\n",
+    );
+    write(root, "notes.txt", "Plain text notes about the deployment pipeline.\n");
+}
