@@ -15,6 +15,21 @@ use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
 
 use crate::lang::Language;
 
+/// Bumped when the chunking algorithm changes what it produces.
+const CHUNKER_VERSION: u32 = 2;
+
+/// Identifies the chunking rules in effect (algorithm, queries, limits); an
+/// index built under other rules is re-chunked.
+pub fn chunking_fingerprint(limits: &ChunkLimits) -> String {
+    format!(
+        "v{CHUNKER_VERSION}-{:016x}-{}-{}-{}",
+        crate::lang::queries_fingerprint(),
+        limits.max_lines,
+        limits.max_bytes,
+        limits.overlap_lines
+    )
+}
+
 /// Limits that decide when a chunk is split.
 #[derive(Debug, Clone, Copy)]
 pub struct ChunkLimits {
@@ -74,6 +89,7 @@ const METHOD_OWNER_KINDS: &[&str] = &["class", "struct", "enum", "interface", "t
 /// Node kinds that attach to the definition that follows them.
 fn is_leading_trivia(kind: &str) -> bool {
     kind.contains("comment")
+        || kind == "haddock"
         || kind.contains("attribute")
         || kind.contains("decorator")
         || kind.contains("annotation")
@@ -137,6 +153,10 @@ struct Def<'t> {
     node: Node<'t>,
     kind: String,
     name: Option<String>,
+    /// Row of the `@name` capture: the definition's signature line.
+    name_row: Option<usize>,
+    /// Index of the query pattern that matched; on a tie the earlier pattern wins.
+    pattern: usize,
     start_row: usize,
     end_row: usize,
     children: Vec<Def<'t>>,
@@ -148,6 +168,18 @@ fn end_row(node: &Node) -> usize {
         end.row - 1
     } else {
         end.row
+    }
+}
+
+/// The last row of a definition, without trailing comments that some grammars
+/// (indentation-based ones) hang on the node though they precede the next one.
+fn definition_end_row(node: &Node) -> usize {
+    let mut cursor = node.walk();
+    let children: Vec<Node> = node.children(&mut cursor).collect();
+    let last_code = children.iter().rev().find(|c| !c.kind().contains("comment"));
+    match last_code {
+        Some(child) if child.end_byte() < node.end_byte() => end_row(child).max(node.start_position().row),
+        _ => end_row(node),
     }
 }
 
@@ -177,6 +209,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
         let mut def_node = None;
         let mut kind = None;
         let mut name = None;
+        let mut name_row = None;
         for cap in m.captures() {
             let cap_name = names[cap.index as usize];
             if let Some(k) = cap_name.strip_prefix("definition.") {
@@ -184,20 +217,29 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
                 kind = Some(k);
             } else if cap_name == "name" && name.is_none() {
                 name = cap.node.utf8_text(source.as_bytes()).ok().map(clean_name);
+                name_row = Some(cap.node.start_position().row);
             }
         }
         let (Some(node), Some(kind)) = (def_node, kind) else {
             continue;
         };
-        let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
-        found.entry(key).or_insert_with(|| Def {
+        let def = Def {
             node,
             kind: kind.to_string(),
             name,
+            name_row,
+            pattern: m.pattern_index,
             start_row: leading_trivia_start(node),
-            end_row: end_row(&node),
+            end_row: definition_end_row(&node),
             children: Vec::new(),
-        });
+        };
+        let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
+        match found.get(&key) {
+            Some(existing) if existing.pattern <= def.pattern => {}
+            _ => {
+                found.insert(key, def);
+            }
+        }
     }
     Ok(nest(found.into_values().collect()))
 }
@@ -282,8 +324,7 @@ impl<'s> ChunkSink<'s> {
     }
 
     fn is_trivial(&self, start_row: usize, end_row: usize) -> bool {
-        let text = &self.source[self.lines.start(start_row)..self.lines.end(end_row)];
-        !text.chars().any(char::is_alphanumeric)
+        (start_row..=end_row).all(|row| is_closing_line(self.lines.text(self.source, row)))
     }
 
     /// Rows no definition covers: trivial ones (blank lines, closing braces)
@@ -422,6 +463,25 @@ impl<'s> ChunkSink<'s> {
     }
 }
 
+/// A line that only closes something: blank, punctuation (`}`, `);`), a
+/// closing keyword (`end`, `fi`, `done`) or a closing tag (`</div>`).
+fn is_closing_line(line: &str) -> bool {
+    let t = line.trim().trim_end_matches([';', ',', '.', ')']);
+    if !t.chars().any(char::is_alphanumeric) {
+        return true;
+    }
+    let closing_tag = t.starts_with("</")
+        && t.ends_with('>')
+        && t[2..t.len() - 1]
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '-' || c == ':');
+    closing_tag
+        || matches!(
+            t,
+            "end" | "fi" | "done" | "esac" | "endif" | "endfunction" | "endmodule" | "End"
+        )
+}
+
 /// Emits the chunks of rows [start, end] that hold `defs` (sorted, disjoint
 /// at this level); rows between them are gap chunks of `gap_kind`.
 #[allow(clippy::too_many_arguments)]
@@ -442,7 +502,9 @@ fn emit_level(
         if def_start > def.end_row || def.end_row > end {
             continue;
         }
-        out.gap(cursor, def_start - 1, parent, gap_kind, gap_symbol, context);
+        if def_start > cursor {
+            out.gap(cursor, def_start - 1, parent, gap_kind, gap_symbol, context);
+        }
         emit_def(out, def, def_start, parent_kind_of(gap_kind, gap_symbol), context);
         cursor = def.end_row + 1;
     }
@@ -475,7 +537,7 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
         return;
     }
     let mut inner_context = context.to_vec();
-    inner_context.push(signature_line(out.source, out.lines, def.node));
+    inner_context.push(signature_line(out.source, out.lines, def));
     // The container's own chunk runs from its start to the row before its first member.
     let first_member = def.children[0].start_row.max(start_row);
     if first_member > start_row {
@@ -500,9 +562,13 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
     );
 }
 
-/// The first line of a definition that is not a comment, attribute or
-/// decorator, as the context header of its members.
-fn signature_line(source: &str, lines: &Lines, node: Node) -> String {
+/// The line that names a definition (else its first line that is not a
+/// comment, attribute or decorator), as the context header of its members.
+fn signature_line(source: &str, lines: &Lines, def: &Def) -> String {
+    if let Some(row) = def.name_row {
+        return lines.text(source, row).trim().chars().take(200).collect();
+    }
+    let node = def.node;
     let first = node.start_position().row;
     let is_preamble = |l: &str| {
         l.is_empty()

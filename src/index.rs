@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{chunk_source, ChunkLimits};
+use crate::chunk::{self, chunk_source, ChunkLimits};
 use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
 use crate::git;
 use crate::lang;
@@ -104,6 +104,13 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     let branch = head.catalog_key();
     let mut store = Store::open_for_write(index_dir)?;
     let _lock = store.lock_for_write(opts.lock_timeout)?;
+    let chunking = chunk::chunking_fingerprint(&opts.limits);
+    let has_files = store::count(&store.conn, "SELECT count(*) FROM files", [])? > 0;
+    if has_files && store.meta("chunking")?.as_deref() != Some(chunking.as_str()) {
+        eprintln!("ken: the chunking rules changed since this index was built; re-indexing every file");
+        store = store.recreate()?;
+    }
+    store.set_meta("chunking", &chunking)?;
 
     let found = discover::discover(&root, &opts.discover);
     let catalog = store.catalog(&branch)?;
@@ -241,7 +248,12 @@ fn read_and_chunk(
         };
     }
     let language = lang::for_path(Path::new(&candidate.rel_path));
-    match chunk_source(language, text, limits) {
+    // A grammar that fails (a broken query) must not lose the file: fall back to line windows.
+    let chunked = chunk_source(language, text, limits).or_else(|e| {
+        tracing::warn!("{}: {e:#}; indexing it as plain text", candidate.rel_path);
+        chunk_source(None, text, limits)
+    });
+    match chunked {
         Ok(chunks) => {
             let version = NewFileVersion {
                 path: candidate.rel_path.clone(),

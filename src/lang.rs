@@ -104,6 +104,22 @@ languages! {
     "zig" => tree_sitter_zig::LANGUAGE, ["zig"], [];
 }
 
+/// A fingerprint of every chunk query in use: when it changes, stored chunks
+/// no longer match what indexing would produce.
+pub fn queries_fingerprint() -> u64 {
+    let mut all = String::new();
+    for lang in registry() {
+        all.push_str(lang.name);
+        match std::env::var_os("KEN_GRAMMARS_DIR") {
+            Some(dir) => all.push_str(
+                &std::fs::read_to_string(Path::new(&dir).join(lang.name).join("chunks.scm")).unwrap_or_default(),
+            ),
+            None => all.push_str(lang.chunks_query_source),
+        }
+    }
+    xxhash_rust::xxh3::xxh3_64(all.as_bytes())
+}
+
 /// Every language with a grammar.
 pub fn all() -> &'static [Language] {
     registry()

@@ -20,9 +20,11 @@ use crate::store::Store;
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 /// Lexical candidates fetched per requested result, before the rerank.
 const OVERFETCH: usize = 8;
+/// How deep the lexical ranking goes when filters reject most of the top.
+const MAX_LEXICAL_DEPTH: usize = 20_000;
 /// Terms in more than this share of chunks are left out of the lexical
 /// match when rarer terms remain (they cost the most and rank the least).
-const COMMON_TERM_SHARE: f64 = 0.2;
+const COMMON_TERM_SHARE: f64 = 0.05;
 
 /// A search request. Filters apply before ranking.
 #[derive(Debug, Clone)]
@@ -126,7 +128,7 @@ impl Searcher {
 
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let fetch = (req.limit * OVERFETCH).max(50);
-        let terms = self.selective_terms(&q)?;
+        let (terms, common) = self.selective_terms(&q)?;
         if !terms.is_empty() {
             for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
                 candidates.insert(
@@ -151,6 +153,9 @@ impl Searcher {
             }
         }
         let mut hits = self.load_hits(&candidates)?;
+        if !common.is_empty() {
+            add_common_term_scores(&mut hits, &mut candidates, &common, self.chunk_total()?);
+        }
         let asks_for_tests = q.terms.iter().any(|t| t.starts_with("test") || t == "spec");
         let asks_for_docs = q
             .terms
@@ -174,16 +179,26 @@ impl Searcher {
         Ok(hits)
     }
 
-    /// The query terms worth matching: present in the index, and without the
-    /// very common ones when rarer terms exist.
-    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<Vec<&'q String>> {
-        let total = match self.store.meta("chunk_count")?.and_then(|v| v.parse::<f64>().ok()) {
-            Some(n) => n,
-            None => self
-                .store
-                .conn
-                .query_row("SELECT count(*) FROM chunks", [], |r| r.get::<_, i64>(0))? as f64,
-        };
+    fn chunk_total(&self) -> Result<f64> {
+        Ok(
+            match self.store.meta("chunk_count")?.and_then(|v| v.parse::<f64>().ok()) {
+                Some(n) => n,
+                None => self
+                    .store
+                    .conn
+                    .query_row("SELECT count(*) FROM chunks", [], |r| r.get::<_, i64>(0))?
+                    as f64,
+            },
+        )
+    }
+
+    /// Splits the query's terms (those present in the index) into the ones
+    /// candidates are matched on and the very common ones, which are left out
+    /// of the match when rarer terms exist (they cost the most and rank the
+    /// least) and scored on the candidates instead, with their document frequency.
+    #[allow(clippy::type_complexity)]
+    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, Vec<(&'q String, f64)>)> {
+        let total = self.chunk_total()?;
         let mut stmt = self
             .store
             .conn
@@ -200,11 +215,11 @@ impl Searcher {
             .filter(|(_, df)| *df <= total * COMMON_TERM_SHARE)
             .map(|(t, _)| *t)
             .collect();
-        Ok(if rare.is_empty() {
-            with_df.into_iter().map(|(t, _)| t).collect()
-        } else {
-            rare
-        })
+        if rare.is_empty() {
+            return Ok((with_df.into_iter().map(|(t, _)| t).collect(), Vec::new()));
+        }
+        let common = with_df.into_iter().filter(|(t, _)| !rare.contains(t)).collect();
+        Ok((rare, common))
     }
 
     fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
@@ -238,23 +253,50 @@ impl Searcher {
         (sql, params)
     }
 
+    /// The best `fetch` chunks by BM25 that pass the branch and filters.
+    /// FTS5 ranks alone first (no joins per match, which is what makes broad
+    /// queries slow); the winners are then checked against the catalog and
+    /// filters, fetching deeper only when too many were filtered out.
     fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
-        let (filter_sql, mut params) = self.filters(req);
-        params.push(QueryTerms::fts_match(terms.iter().copied()));
-        let match_param = params.len();
+        let fts_query = QueryTerms::fts_match(terms.iter().copied());
         let (ws, wp, wb) = BM25_WEIGHTS;
-        let sql = format!(
-            "SELECT c.id, bm25(chunks_fts, {ws}, {wp}, {wb}) AS rank
-             FROM chunks_fts
-             JOIN chunks c ON c.id = chunks_fts.rowid
+        let mut ranked_stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT rowid, bm25(chunks_fts, {ws}, {wp}, {wb}) AS s FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
+        ))?;
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(String::new());
+        let id_param = params.len();
+        let mut visible_stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT c.id FROM chunks c
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              JOIN files f ON f.id = c.file_id
-             WHERE chunks_fts MATCH ?{match_param}{filter_sql}
-             ORDER BY rank LIMIT {fetch}"
-        );
-        let mut stmt = self.store.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params_from_iter(params.iter()), |r| Ok((r.get(0)?, r.get(1)?)))?;
-        rows.collect::<rusqlite::Result<_>>().context("lexical search failed")
+             WHERE c.id = ?{id_param}{filter_sql}"
+        ))?;
+        let mut depth = fetch;
+        loop {
+            let ranked: Vec<(i64, f64)> = ranked_stmt
+                .query_map(rusqlite::params![fts_query, depth as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()
+                .context("lexical search failed")?;
+            let exhausted = ranked.len() < depth;
+            let mut visible = Vec::with_capacity(fetch);
+            for (id, rank) in ranked {
+                *params.last_mut().expect("id parameter") = id.to_string();
+                if visible_stmt.exists(params_from_iter(params.iter()))? {
+                    visible.push((id, rank));
+                    if visible.len() >= fetch {
+                        break;
+                    }
+                }
+            }
+            if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {
+                return Ok(visible);
+            }
+            depth *= 4;
+        }
     }
 
     fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<i64>> {
@@ -301,6 +343,42 @@ impl Searcher {
             hits.push(hit);
         }
         Ok(hits)
+    }
+}
+
+/// Adds to each candidate the BM25 share of the common terms that were left
+/// out of the lexical match, estimated from the chunk's text: term frequency by
+/// counting the (stemmed) term in the lowercased symbol, path and body, and
+/// length relative to the other candidates. These terms have a low IDF, so
+/// the estimate only reorders candidates that the rare terms found.
+fn add_common_term_scores(
+    hits: &mut [SearchHit],
+    candidates: &mut HashMap<i64, Candidate>,
+    common: &[(&String, f64)],
+    total: f64,
+) {
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let (ws, wp, wb) = BM25_WEIGHTS;
+    let avg_len = hits.iter().map(|h| h.content.len() as f64).sum::<f64>() / hits.len().max(1) as f64;
+    for hit in hits.iter() {
+        let symbol = hit.symbol.as_deref().unwrap_or("").to_lowercase();
+        let path = hit.path.to_lowercase();
+        let body = hit.content.to_lowercase();
+        let norm = 1.0 - B + B * hit.content.len() as f64 / avg_len.max(1.0);
+        let mut extra = 0.0;
+        for (term, df) in common {
+            let tf = ws * symbol.matches(term.as_str()).count() as f64
+                + wp * path.matches(term.as_str()).count() as f64
+                + wb * body.matches(term.as_str()).count() as f64;
+            if tf > 0.0 {
+                let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+                extra += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
+            }
+        }
+        if let Some(c) = candidates.get_mut(&hit.chunk_id) {
+            c.bm25 += extra;
+        }
     }
 }
 

@@ -142,6 +142,14 @@ impl Store {
         })
     }
 
+    /// Deletes the index and creates an empty one in its place.
+    pub fn recreate(self) -> Result<Store> {
+        let dir = self.dir.clone();
+        drop(self.conn);
+        remove_db_files(&dir.join(DB_FILE))?;
+        Store::open_for_write(&dir)
+    }
+
     /// Opens an existing index for reading; a clear error if there is none.
     pub fn open_for_read(dir: &Path) -> Result<Store> {
         let db = dir.join(DB_FILE);

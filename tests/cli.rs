@@ -326,3 +326,40 @@ fn an_interrupted_index_leaves_a_usable_index_and_the_next_run_finishes() {
         assert_eq!(hits[0]["path"], "pkg29/mod_2999.py");
     }
 }
+
+#[test]
+fn changed_chunking_rules_re_chunk_every_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    sample_project(&root);
+    ken_ok(&root, &["index", "-q"]);
+    // A copy of the grammar queries with Python's class pattern removed.
+    let grammars = tmp.path().join("grammars");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("native-grammars");
+    for entry in std::fs::read_dir(&src).unwrap().flatten() {
+        let lang = entry.file_name();
+        std::fs::create_dir_all(grammars.join(&lang)).unwrap();
+        let query = std::fs::read_to_string(entry.path().join("chunks.scm")).unwrap();
+        let query = if lang == "python" {
+            "(function_definition name: (identifier) @name) @definition.function\n".to_string()
+        } else {
+            query
+        };
+        std::fs::write(grammars.join(&lang).join("chunks.scm"), query).unwrap();
+    }
+    let out = std::process::Command::new(ken_bin())
+        .args(["index", "--json"])
+        .current_dir(&root)
+        .env("KEN_GRAMMARS_DIR", &grammars)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chunking rules changed"));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["parsed"], 6, "{report}");
+    let hits = search(&root, "TokenValidator", 3);
+    assert!(
+        hits.iter().all(|h| h["kind"] != "class"),
+        "no class chunks under the edited rules: {hits:?}"
+    );
+}

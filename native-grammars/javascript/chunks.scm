@@ -19,3 +19,6 @@
 (program (expression_statement (assignment_expression
   left: (member_expression property: (property_identifier) @name)
   right: [(arrow_function) (function_expression)])) @definition.function)
+
+; Class fields holding functions (`handle = () => {}`) are methods.
+(field_definition property: (_) @name value: [(arrow_function) (function_expression)]) @definition.method

@@ -1,0 +1,26 @@
+; Chunk definitions for Kotlin (tree-sitter-kotlin-ng; tags.scm capture
+; convention). Classes, interfaces and enum classes are all
+; class_declaration: the `interface` keyword and an enum body tell them apart
+; (the first pattern that matches a node decides its kind). Annotations
+; live inside the declaration's modifiers; KDoc comments are attached by the
+; chunker.
+
+(class_declaration "interface" name: (identifier) @name) @definition.interface
+(class_declaration (modifiers (class_modifier) @_enum) "class" name: (identifier) @name
+  (#eq? @_enum "enum")) @definition.enum
+(class_declaration (modifiers)? @_mods "class" name: (identifier) @name
+  (#not-match? @_mods "(^|\\s)enum(\\s|$)")) @definition.class
+
+(object_declaration name: (identifier) @name) @definition.object
+(companion_object name: (identifier) @name) @definition.object
+(companion_object "companion" @name !name) @definition.object
+
+(function_declaration name: (identifier) @name) @definition.function
+(secondary_constructor "constructor" @name) @definition.method
+
+; Properties whose getter or setter has a block body.
+(property_declaration
+  (variable_declaration (identifier) @name)
+  [(getter (function_body (block))) (setter (function_body (block)))]) @definition.function
+
+(type_alias type: (identifier) @name) @definition.type

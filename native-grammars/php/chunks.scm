@@ -1,0 +1,19 @@
+; Chunk definitions for PHP (tags.scm capture convention).
+; Attributes (`#[Route(...)]`) are part of the declaration; docblocks are
+; attached by the chunker. `namespace X;` without braces has no body to
+; chunk, so it stays with the use statements.
+
+(namespace_definition name: (_) @name body: (_)) @definition.namespace
+
+(class_declaration name: (name) @name) @definition.class
+(interface_declaration name: (name) @name) @definition.interface
+(trait_declaration name: (name) @name) @definition.trait
+(enum_declaration name: (name) @name) @definition.enum
+
+(method_declaration name: (name) @name) @definition.method
+(function_definition name: (name) @name) @definition.function
+
+; Top-level closures: `$handler = function (...) {...};`
+(program (expression_statement (assignment_expression
+  left: (variable_name (name) @name)
+  right: [(anonymous_function) (arrow_function)])) @definition.function)

@@ -25,3 +25,9 @@
 
 (program (lexical_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
+
+; Class fields holding functions (`handle = () => {}`) are methods.
+(public_field_definition name: (_) @name value: [(arrow_function) (function_expression)]) @definition.method
+
+; `declare module "x" { ... }`
+(module name: (_) @name body: (_)) @definition.namespace

@@ -1,0 +1,113 @@
+//! Every language with a grammar chunks its fixture into the expected named
+//! definitions, and every line of the fixture belongs to some chunk.
+//!
+//! Fixtures live in `tests/fixtures/langs/<lang>/`; `expected.txt` there lists
+//! `<file> <kind> <symbol>` lines that must each match a chunk.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use ken::chunk::{chunk_source, ChunkLimits};
+use ken::lang;
+
+fn fixture_dir(lang: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/langs")
+        .join(lang)
+}
+
+#[test]
+fn every_language_yields_its_named_definitions() {
+    let mut failures = Vec::new();
+    for language in lang::all() {
+        let dir = fixture_dir(language.name);
+        let expected = match std::fs::read_to_string(dir.join("expected.txt")) {
+            Ok(text) => text,
+            Err(_) => {
+                failures.push(format!(
+                    "{}: no fixture ({}/expected.txt)",
+                    language.name,
+                    dir.display()
+                ));
+                continue;
+            }
+        };
+        let mut named = 0;
+        for line in expected.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+            let mut parts = line.splitn(3, ' ');
+            let (file, kind, symbol) = (
+                parts.next().unwrap(),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
+            let path = dir.join(file);
+            let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                lang::for_path(&path).map(|l| l.name),
+                Some(language.name),
+                "{} is not detected as {}",
+                path.display(),
+                language.name
+            );
+            let chunks = chunk_source(Some(language), &source, &ChunkLimits::default()).unwrap();
+            let found = chunks
+                .iter()
+                .any(|c| c.kind == kind && c.symbol.as_deref() == Some(symbol));
+            if found {
+                named += 1;
+            } else {
+                let got: Vec<String> = chunks
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind, c.symbol.as_deref().unwrap_or("-")))
+                    .collect();
+                failures.push(format!(
+                    "{}: {file}: no `{kind} {symbol}` chunk; got {got:?}",
+                    language.name
+                ));
+            }
+        }
+        if named == 0 {
+            failures.push(format!("{}: no named chunk expected or found", language.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_line_of_every_fixture_is_in_a_chunk() {
+    for language in lang::all() {
+        let Ok(entries) = std::fs::read_dir(fixture_dir(language.name)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == "expected.txt") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            let chunks = chunk_source(lang::for_path(&path), &source, &ChunkLimits::default()).unwrap();
+            let covered: BTreeSet<u32> = chunks.iter().flat_map(|c| c.start_line..=c.end_line).collect();
+            let lines = source.lines().count() as u32;
+            let missing: Vec<u32> = (1..=lines).filter(|l| !covered.contains(l)).collect();
+            assert!(
+                missing.is_empty(),
+                "{}: lines {missing:?} are in no chunk",
+                path.display()
+            );
+            for c in &chunks {
+                assert!(
+                    c.start_line <= c.end_line && c.end_line <= lines,
+                    "{}: bad span {c:?}",
+                    path.display()
+                );
+                let text = &source[c.start_byte as usize..c.end_byte as usize];
+                assert_eq!(
+                    text,
+                    c.text,
+                    "{}: chunk text differs from its byte span",
+                    path.display()
+                );
+            }
+        }
+    }
+}
