@@ -308,19 +308,12 @@ fn write_outcomes(
     };
     for outcome in rx {
         progress.inc(1);
-        match outcome {
+        let stored = match outcome {
             Outcome::Parsed { candidate, version } => {
                 written.parsed += 1;
                 written.parsed_lines += version.line_count as u64;
                 written.parsed_bytes += version.size as u64;
-                let file_id = batch.insert_version(&version)?;
-                batch.set_catalog(
-                    branch,
-                    &candidate.rel_path,
-                    file_id,
-                    trusted_mtime(&candidate),
-                    candidate.size as i64,
-                )?;
+                Some((candidate, batch.insert_version(&version)?))
             }
             Outcome::Known {
                 candidate,
@@ -337,22 +330,22 @@ fn write_outcomes(
                 let file_id = batch
                     .find_version(&candidate.rel_path, content_hash)?
                     .context("a stored file version disappeared during indexing")?;
-                batch.set_catalog(
-                    branch,
-                    &candidate.rel_path,
-                    file_id,
-                    trusted_mtime(&candidate),
-                    candidate.size as i64,
-                )?;
+                Some((candidate, file_id))
             }
             Outcome::Skipped { candidate, reason } => {
                 *written.skipped.entry(reason).or_default() += 1;
                 written.skipped_paths.push(candidate.rel_path);
+                None
             }
             Outcome::Failed { candidate, error } => {
                 written.warnings.push(format!("{}: {error}", candidate.rel_path));
                 written.skipped_paths.push(candidate.rel_path);
+                None
             }
+        };
+        if let Some((candidate, file_id)) = stored {
+            let mtime = trusted_mtime(&candidate);
+            batch.set_catalog(branch, &candidate.rel_path, file_id, mtime, candidate.size as i64)?;
         }
         in_batch += 1;
         if in_batch >= batch_files {

@@ -35,19 +35,44 @@ impl Language {
     pub fn chunks_query(&self) -> Result<&Query> {
         self.chunks_query
             .get_or_init(|| {
-                let source = match std::env::var_os("KEN_GRAMMARS_DIR") {
-                    Some(dir) => {
-                        let path = Path::new(&dir).join(self.name).join("chunks.scm");
-                        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?
-                    }
-                    None => self.chunks_query_source.to_string(),
-                };
+                let source = self.resolved_query_source()?;
                 Query::new(&self.grammar(), &source)
                     .map_err(|e| format!("native-grammars/{}/chunks.scm: {e}", self.name))
             })
             .as_ref()
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("invalid chunk query")
+    }
+}
+
+impl Language {
+    /// This language's `chunks.scm` text, from `KEN_GRAMMARS_DIR` when set.
+    fn own_query_source(&self) -> Result<String, String> {
+        match std::env::var_os("KEN_GRAMMARS_DIR") {
+            Some(dir) => {
+                let path = Path::new(&dir).join(self.name).join("chunks.scm");
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            None => Ok(self.chunks_query_source.to_string()),
+        }
+    }
+
+    /// The query with `; inherits: <lang>` lines replaced by that language's
+    /// query (as in nvim-treesitter), so dialects share their patterns.
+    fn resolved_query_source(&self) -> Result<String, String> {
+        let mut out = String::new();
+        for line in self.own_query_source()?.lines() {
+            match line.strip_prefix("; inherits:") {
+                Some(parent) => {
+                    let parent = by_name(parent.trim())
+                        .ok_or_else(|| format!("{}: unknown inherited language {}", self.name, parent.trim()))?;
+                    out.push_str(&parent.resolved_query_source()?);
+                }
+                None => out.push_str(line),
+            }
+            out.push('\n');
+        }
+        Ok(out)
     }
 }
 
@@ -110,12 +135,7 @@ pub fn queries_fingerprint() -> u64 {
     let mut all = String::new();
     for lang in registry() {
         all.push_str(lang.name);
-        match std::env::var_os("KEN_GRAMMARS_DIR") {
-            Some(dir) => all.push_str(
-                &std::fs::read_to_string(Path::new(&dir).join(lang.name).join("chunks.scm")).unwrap_or_default(),
-            ),
-            None => all.push_str(lang.chunks_query_source),
-        }
+        all.push_str(&lang.resolved_query_source().unwrap_or_default());
     }
     xxhash_rust::xxh3::xxh3_64(all.as_bytes())
 }

@@ -1,33 +1,3 @@
-; Chunk definitions for TSX (tags.scm capture convention).
-
-(export_statement declaration: (function_declaration name: (identifier) @name)) @definition.function
-(export_statement declaration: (generator_function_declaration name: (identifier) @name)) @definition.function
-(export_statement declaration: (class_declaration name: (type_identifier) @name)) @definition.class
-(export_statement declaration: (abstract_class_declaration name: (type_identifier) @name)) @definition.class
-(export_statement declaration: (interface_declaration name: (type_identifier) @name)) @definition.interface
-(export_statement declaration: (type_alias_declaration name: (type_identifier) @name)) @definition.type
-(export_statement declaration: (enum_declaration name: (identifier) @name)) @definition.enum
-(export_statement declaration: (internal_module name: (_) @name)) @definition.namespace
-(export_statement declaration: (lexical_declaration
-  (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]))) @definition.function
-
-(function_declaration name: (identifier) @name) @definition.function
-(generator_function_declaration name: (identifier) @name) @definition.function
-(function_signature name: (identifier) @name) @definition.function
-(class_declaration name: (type_identifier) @name) @definition.class
-(abstract_class_declaration name: (type_identifier) @name) @definition.class
-(interface_declaration name: (type_identifier) @name) @definition.interface
-(type_alias_declaration name: (type_identifier) @name) @definition.type
-(enum_declaration name: (identifier) @name) @definition.enum
-(internal_module name: (_) @name) @definition.namespace
-(method_definition name: (_) @name) @definition.method
-(abstract_method_signature name: (_) @name) @definition.method
-
-(program (lexical_declaration
-  (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
-
-; Class fields holding functions (`handle = () => {}`) are methods.
-(public_field_definition name: (_) @name value: [(arrow_function) (function_expression)]) @definition.method
-
-; `declare module "x" { ... }`
-(module name: (_) @name body: (_)) @definition.namespace
+; Chunk definitions for TSX: the TypeScript patterns (the TSX grammar has the
+; same node types plus JSX).
+; inherits: typescript
