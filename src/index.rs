@@ -141,7 +141,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     // Largest first, so the slowest parses start early and the tail is short.
     changed.sort_unstable_by_key(|c| std::cmp::Reverse(c.size));
 
-    let progress = progress_bar(opts.progress, changed.len() as u64);
+    let progress = progress_bar(opts.progress, changed.len() as u64, "indexing", "files");
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
     let limits = opts.limits;
     let writer_result = std::thread::scope(|scope| {
@@ -393,15 +393,18 @@ impl BranchTotals {
     }
 }
 
-fn progress_bar(enabled: bool, len: u64) -> ProgressBar {
+/// A progress bar on stderr (hidden when disabled or empty): "`verb` [...] n/len `unit`".
+pub(crate) fn progress_bar(enabled: bool, len: u64, verb: &str, unit: &str) -> ProgressBar {
     if !enabled || len == 0 {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("{spinner} indexing [{bar:30}] {pos}/{len} files ({per_sec}, {eta})")
-            .expect("valid progress template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {verb} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, {{eta}})"
+        ))
+        .expect("valid progress template")
+        .progress_chars("=> "),
     );
     bar
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
 use globset::{GlobBuilder, GlobMatcher};
@@ -12,9 +13,11 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::params_from_iter;
 use serde::Serialize;
 
+use crate::embed::{Embedder, InputKind, LocalBert};
 use crate::git;
 use crate::lexical::{self, QueryTerms};
 use crate::store::Store;
+use crate::vectors::VectorIndex;
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
@@ -37,6 +40,7 @@ pub struct SearchRequest {
     pub language: Option<String>,
     pub kind: Option<String>,
     pub max_per_file: usize,
+    pub mode: SearchMode,
 }
 
 impl SearchRequest {
@@ -48,6 +52,7 @@ impl SearchRequest {
             language: None,
             kind: None,
             max_per_file: 3,
+            mode: SearchMode::default(),
         }
     }
 }
@@ -78,12 +83,43 @@ pub struct SearchHit {
 pub struct Searcher {
     store: Store,
     branch: String,
+    /// The query embedder and vector index, loaded on the first query that needs them.
+    semantic: OnceLock<Result<SemanticSide, String>>,
 }
 
+/// What semantic search needs: the embedder of the index's vectors and the
+/// vector index file.
+struct SemanticSide {
+    embedder: Box<dyn Embedder>,
+    vectors: VectorIndex,
+}
+
+#[derive(Default)]
 struct Candidate {
+    /// BM25 score (0 when only the vector side found the chunk).
     bm25: f64,
+    /// Cosine similarity to the query, when the vector side found the chunk.
+    similarity: Option<f32>,
     exact_symbol: bool,
 }
+
+/// How results are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    /// Lexical and semantic candidates fused by reciprocal rank.
+    #[default]
+    Hybrid,
+    /// Embedding similarity only.
+    Semantic,
+    /// BM25 over code-aware terms only.
+    Lexical,
+}
+
+/// Reciprocal-rank-fusion constant and the weights of the two sides.
+const RRF_K: f64 = 60.0;
+const RRF_LEXICAL_WEIGHT: f64 = 1.0;
+const RRF_SEMANTIC_WEIGHT: f64 = 1.0;
 
 impl Searcher {
     /// Opens the index of `root` (stored in `index_dir`) for searching the
@@ -107,7 +143,11 @@ impl Searcher {
                 );
             }
         }
-        Ok(Searcher { store, branch })
+        Ok(Searcher {
+            store,
+            branch,
+            semantic: OnceLock::new(),
+        })
     }
 
     pub fn store(&self) -> &Store {
@@ -118,10 +158,46 @@ impl Searcher {
         &self.branch
     }
 
+    /// Why semantic search is unavailable, if it is (no vectors yet, no model).
+    pub fn semantic_unavailable(&self) -> Option<String> {
+        self.semantic_side().err()
+    }
+
+    fn semantic_side(&self) -> Result<&SemanticSide, String> {
+        self.semantic
+            .get_or_init(|| {
+                let model = self
+                    .store
+                    .meta("embedding_model")
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the index has no embeddings yet (run `ken index` without --no-embed)")?;
+                let max_tokens = model
+                    .rsplit_once('/')
+                    .and_then(|(_, t)| t.parse().ok())
+                    .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
+                let embedder = LocalBert::default_model(max_tokens).map_err(|e| format!("{e:#}"))?;
+                if embedder.id() != model {
+                    return Err(format!(
+                        "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",
+                        embedder.id()
+                    ));
+                }
+                let vectors = VectorIndex::open(&self.store, &model, embedder.dimensions())
+                    .map_err(|e| format!("{e:#}"))?
+                    .ok_or("the vector index file is missing; run `ken index` to rebuild it")?;
+                Ok(SemanticSide {
+                    embedder: Box::new(embedder),
+                    vectors,
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     pub fn search(&self, req: &SearchRequest) -> Result<Vec<SearchHit>> {
         let path_filter = req.path_glob.as_deref().map(compile_path_glob).transpose()?;
         let q = QueryTerms::parse(&req.query);
-        if q.is_empty() || req.limit == 0 {
+        if req.limit == 0 || (q.is_empty() && req.mode == SearchMode::Lexical) || req.query.trim().is_empty() {
             return Ok(Vec::new());
         }
         self.register_path_filter(path_filter)?;
@@ -129,33 +205,40 @@ impl Searcher {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let fetch = (req.limit * OVERFETCH).max(50);
         let (terms, common) = self.selective_terms(&q)?;
-        if !terms.is_empty() {
+        if req.mode != SearchMode::Semantic && !terms.is_empty() {
             for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
-                candidates.insert(
-                    id,
-                    Candidate {
-                        bm25: -rank,
-                        exact_symbol: false,
-                    },
-                );
+                candidates.entry(id).or_default().bm25 = -rank;
             }
         }
-        let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
-        for key in &q.identifiers {
-            for id in self.symbol_candidates(key, req)? {
-                candidates
-                    .entry(id)
-                    .or_insert(Candidate {
+        if req.mode != SearchMode::Semantic {
+            let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
+            for key in &q.identifiers {
+                for id in self.symbol_candidates(key, req)? {
+                    let c = candidates.entry(id).or_insert(Candidate {
                         bm25: best_bm25 * 0.5,
-                        exact_symbol: true,
-                    })
-                    .exact_symbol = true;
+                        ..Candidate::default()
+                    });
+                    c.exact_symbol = true;
+                }
             }
         }
+        let semantic_on = match (req.mode, self.semantic_side()) {
+            (SearchMode::Lexical, _) => false,
+            (_, Ok(side)) => {
+                for (id, similarity) in self.vector_candidates(side, req, fetch)? {
+                    let c = candidates.entry(id).or_default();
+                    c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
+                }
+                true
+            }
+            (SearchMode::Semantic, Err(why)) => bail!("semantic search is unavailable: {why}"),
+            (SearchMode::Hybrid, Err(_)) => false,
+        };
         let mut hits = self.load_hits(&candidates)?;
         if !common.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common, self.chunk_total()?);
         }
+        let fused = fuse(&candidates, req.mode, semantic_on);
         let asks_for_tests = q.terms.iter().any(|t| t.starts_with("test") || t == "spec");
         let asks_for_docs = q
             .terms
@@ -163,7 +246,7 @@ impl Searcher {
             .any(|t| ["doc", "readm", "document", "guid"].contains(&t.as_str()));
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
-            hit.score = cand.bm25 * rerank_factor(hit, cand.exact_symbol, asks_for_tests, asks_for_docs);
+            hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, asks_for_tests, asks_for_docs);
         }
         hits.sort_by(|a, b| {
             b.score
@@ -174,7 +257,7 @@ impl Searcher {
         let mut hits = diversify(hits, req.limit, req.max_per_file.max(1));
         for hit in &mut hits {
             hit.snippet = snippet(&hit.content, &q, 4);
-            hit.score = (hit.score * 1000.0).round() / 1000.0;
+            hit.score = (hit.score * 1e6).round() / 1e6;
         }
         Ok(hits)
     }
@@ -299,6 +382,38 @@ impl Searcher {
         }
     }
 
+    /// Chunks whose embedding is among the query's nearest neighbours, with
+    /// similarity, restricted to the branch and filters.
+    fn vector_candidates(&self, side: &SemanticSide, req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f32)>> {
+        let query = side.embedder.embed(&[req.query.as_str()], InputKind::Query)?;
+        let Some(query) = query.first() else {
+            return Ok(Vec::new());
+        };
+        let neighbours = side.vectors.search(query, fetch * 2)?;
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(String::new());
+        let id_param = params.len();
+        let mut stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT c.id FROM embeddings e
+             JOIN chunks c ON c.content_hash = e.content_hash
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             JOIN files f ON f.id = c.file_id
+             WHERE e.id = ?{id_param}{filter_sql}"
+        ))?;
+        let mut out = Vec::new();
+        for (embedding_id, similarity) in neighbours {
+            *params.last_mut().expect("id parameter") = embedding_id.to_string();
+            let ids: Vec<i64> = stmt
+                .query_map(params_from_iter(params.iter()), |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            out.extend(ids.into_iter().map(|id| (id, similarity)));
+            if out.len() >= fetch {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<i64>> {
         let (filter_sql, mut params) = self.filters(req);
         params.push(key.to_string());
@@ -346,6 +461,49 @@ impl Searcher {
     }
 }
 
+/// The pre-rerank score of every candidate. Lexical: BM25. Semantic: cosine
+/// similarity. Hybrid: reciprocal rank fusion of the two rankings (exact
+/// symbol matches rank with the lexical side).
+fn fuse(candidates: &HashMap<i64, Candidate>, mode: SearchMode, semantic_on: bool) -> HashMap<i64, f64> {
+    let rank_by = |key: &dyn Fn(&Candidate) -> Option<f64>| -> HashMap<i64, usize> {
+        let mut scored: Vec<(i64, f64)> = candidates
+            .iter()
+            .filter_map(|(&id, c)| key(c).map(|s| (id, s)))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored
+            .into_iter()
+            .enumerate()
+            .map(|(rank, (id, _))| (id, rank))
+            .collect()
+    };
+    match (mode, semantic_on) {
+        (SearchMode::Lexical, _) | (SearchMode::Hybrid, false) => {
+            candidates.iter().map(|(&id, c)| (id, c.bm25)).collect()
+        }
+        (SearchMode::Semantic, _) => candidates
+            .iter()
+            .map(|(&id, c)| (id, c.similarity.map_or(0.0, f64::from)))
+            .collect(),
+        (SearchMode::Hybrid, true) => {
+            let lexical = rank_by(&|c| (c.bm25 > 0.0).then_some(c.bm25));
+            let semantic = rank_by(&|c| c.similarity.map(f64::from));
+            candidates
+                .keys()
+                .map(|id| {
+                    let l = lexical
+                        .get(id)
+                        .map_or(0.0, |&r| RRF_LEXICAL_WEIGHT / (RRF_K + r as f64 + 1.0));
+                    let s = semantic
+                        .get(id)
+                        .map_or(0.0, |&r| RRF_SEMANTIC_WEIGHT / (RRF_K + r as f64 + 1.0));
+                    (*id, l + s)
+                })
+                .collect()
+        }
+    }
+}
+
 /// Adds to each candidate the BM25 share of the common terms that were left
 /// out of the lexical match, estimated from the chunk's text: term frequency by
 /// counting the (stemmed) term in the lowercased symbol, path and body, and
@@ -376,7 +534,7 @@ fn add_common_term_scores(
                 extra += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
             }
         }
-        if let Some(c) = candidates.get_mut(&hit.chunk_id) {
+        if let Some(c) = candidates.get_mut(&hit.chunk_id).filter(|c| c.bm25 > 0.0) {
             c.bm25 += extra;
         }
     }

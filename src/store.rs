@@ -25,7 +25,7 @@ use crate::lexical;
 
 /// Bumped whenever the schema or the meaning of stored data changes; an
 /// index with another version is rebuilt.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 pub const INDEX_DIR_NAME: &str = ".ken";
 const DB_FILE: &str = "index.db";
@@ -74,6 +74,13 @@ CREATE VIRTUAL TABLE chunks_fts USING fts5 (
     tokenize = 'unicode61 remove_diacritics 0'
 );
 CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab (chunks_fts, 'row');
+CREATE TABLE embeddings (
+    id INTEGER PRIMARY KEY,
+    content_hash INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    UNIQUE (content_hash, model)
+);
 "#;
 
 /// Where the index of `root` lives.
@@ -481,9 +488,14 @@ impl<'c> Batch<'c> {
             "DELETE FROM contents WHERE hash = ?1 AND NOT EXISTS
                  (SELECT 1 FROM chunks WHERE content_hash = ?1 AND file_id != ?2)",
         )?;
+        let mut delete_embeddings = self.tx.prepare_cached(
+            "DELETE FROM embeddings WHERE content_hash = ?1 AND NOT EXISTS
+                 (SELECT 1 FROM chunks WHERE content_hash = ?1 AND file_id != ?2)",
+        )?;
         for (id, hash) in chunk_ids {
             delete_fts.execute([id])?;
             delete_content.execute([hash, file_id])?;
+            delete_embeddings.execute([hash, file_id])?;
         }
         self.tx
             .prepare_cached("DELETE FROM chunks WHERE file_id = ?1")?

@@ -17,7 +17,7 @@ fn indexes_a_git_repo_and_finds_definitions() {
     write(root, "ignored/secret.py", "def parse_config_ignored():\n    pass\n");
     git(root, &["init", "-q"]);
 
-    let report = ken_json(root, &["index", "--json"]);
+    let report = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(report["files"], 6, "{report}");
     assert!(report["chunks"].as_u64().unwrap() >= 12, "{report}");
     for lang in ["python", "go", "rust", "typescript", "markdown", "text"] {
@@ -67,7 +67,7 @@ fn an_identifier_query_ranks_its_definition_first() {
             &format!("def use_{i}(path, other):\n{calls}"),
         );
     }
-    ken_ok(root, &["index", "-q"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
     for query in ["parse_config", "parseConfig", "ParseConfig"] {
         let hits = search(root, query, 5);
         assert_eq!(hits[0]["symbol"], "parse_config", "{query}: {hits:?}");
@@ -85,7 +85,7 @@ fn filters_by_path_language_and_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
-    ken_ok(root, &["index", "-q"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
     let all = search(root, "config", 20);
     assert!(paths(&all).iter().any(|p| p.ends_with(".py")) && paths(&all).iter().any(|p| p.ends_with(".rs")));
 
@@ -117,13 +117,13 @@ fn reindex_touches_only_changed_files_and_drops_deleted_ones() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
-    let first = ken_json(root, &["index", "--json"]);
+    let first = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(first["parsed"], 6);
 
     // Files written just now are re-read once (mtime may tick again); settle that.
     std::thread::sleep(Duration::from_millis(2100));
-    ken_ok(root, &["index", "-q"]);
-    let again = ken_json(root, &["index", "--json"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let again = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(
         (again["parsed"].as_u64(), again["unchanged"].as_u64()),
         (Some(0), Some(6)),
@@ -133,7 +133,7 @@ fn reindex_touches_only_changed_files_and_drops_deleted_ones() {
     write(root, "src/lib.rs", "pub fn brand_new_function_xyzzy() {}\n");
     write(root, "src/extra.py", "def freshly_added_plugh():\n    return 1\n");
     std::fs::remove_file(root.join("notes.txt")).unwrap();
-    let third = ken_json(root, &["index", "--json"]);
+    let third = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(third["parsed"], 2, "{third}");
     assert_eq!(third["removed"], 1, "{third}");
     assert_eq!(third["unchanged"], 4, "{third}");
@@ -170,7 +170,7 @@ fn bad_files_are_skipped_and_counted() {
     std::os::unix::fs::symlink(root.join("b-link"), root.join("a-link")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", root.join("outside")).unwrap();
 
-    let report = ken_json(root, &["index", "--json"]);
+    let report = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(report["files"], 1, "{report}");
     let skipped = &report["skipped"];
     assert_eq!(skipped["binary"], 1, "{report}");
@@ -188,7 +188,7 @@ fn hostile_queries_are_plain_text() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
-    ken_ok(root, &["index", "-q"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
     for query in [
         "\"unbalanced",
         "AND OR NOT",
@@ -220,7 +220,7 @@ fn hostile_queries_are_plain_text() {
 #[test]
 fn missing_paths_and_missing_indexes_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = ken(tmp.path(), &["index", "/definitely/not/here"]);
+    let out = ken(tmp.path(), &["index", "--no-embed", "/definitely/not/here"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such directory"));
 
@@ -256,7 +256,7 @@ fn an_index_of_another_schema_or_a_corrupt_one_is_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
-    ken_ok(root, &["index", "-q"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
     let db = root.join(".ken/index.db");
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
@@ -266,7 +266,7 @@ fn an_index_of_another_schema_or_a_corrupt_one_is_rebuilt() {
     let out = ken(root, &["search", "config"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("schema version 999"));
-    let out = ken(root, &["index"]);
+    let out = ken(root, &["index", "--no-embed"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("rebuilding"));
     assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
@@ -278,7 +278,7 @@ fn an_index_of_another_schema_or_a_corrupt_one_is_rebuilt() {
     let out = ken(root, &["search", "config"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ken index"));
-    ken_ok(root, &["index", "-q"]);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
     assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
 }
 
@@ -293,13 +293,13 @@ fn an_interrupted_index_leaves_a_usable_index_and_the_next_run_finishes() {
             &format!("def function_{i}(x):\n    \"\"\"Unique marker token{i}marker.\"\"\"\n    return x + {i}\n\n\nclass Thing{i}:\n    def run(self):\n        return {i}\n"),
         );
     }
-    let clean = ken_json(root, &["index", "--json"]);
+    let clean = ken_json(root, &["index", "--no-embed", "--json"]);
     assert_eq!(clean["files"], 3000);
     let expected_chunks = clean["chunks"].clone();
     for kill_after_ms in [60u64, 150, 300, 600] {
         let _ = std::fs::remove_dir_all(root.join(".ken"));
         let mut child = std::process::Command::new(ken_bin())
-            .args(["index", "-q"])
+            .args(["index", "--no-embed", "-q"])
             .current_dir(root)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -316,7 +316,7 @@ fn an_interrupted_index_leaves_a_usable_index_and_the_next_run_finishes() {
                 assert!(status["files"].as_u64().unwrap() <= 3000);
             }
         }
-        let report = ken_json(root, &["index", "--json"]);
+        let report = ken_json(root, &["index", "--no-embed", "--json"]);
         assert_eq!(report["files"], 3000, "after a kill at {kill_after_ms} ms: {report}");
         assert_eq!(
             report["chunks"], expected_chunks,
@@ -332,7 +332,7 @@ fn changed_chunking_rules_re_chunk_every_file() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("repo");
     sample_project(&root);
-    ken_ok(&root, &["index", "-q"]);
+    ken_ok(&root, &["index", "--no-embed", "-q"]);
     // A copy of the grammar queries with Python's class pattern removed.
     let grammars = tmp.path().join("grammars");
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("native-grammars");
@@ -348,7 +348,7 @@ fn changed_chunking_rules_re_chunk_every_file() {
         std::fs::write(grammars.join(&lang).join("chunks.scm"), query).unwrap();
     }
     let out = std::process::Command::new(ken_bin())
-        .args(["index", "--json"])
+        .args(["index", "--no-embed", "--json"])
         .current_dir(&root)
         .env("KEN_GRAMMARS_DIR", &grammars)
         .output()

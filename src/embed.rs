@@ -1,0 +1,144 @@
+//! Embedders: text in, unit-length vectors out.
+//!
+//! The built-in default runs all-MiniLM-L6-v2 in-process with candle (pure
+//! Rust, CPU, no runtime to install). Vectors are stored once per distinct
+//! chunk content and embedder id, so the id names everything that changes a
+//! vector: the model and the token budget.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use crate::model::{self, ModelSpec};
+
+/// Whether a text is a document (a chunk) or a search query; some models
+/// embed the two differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    Document,
+    Query,
+}
+
+pub trait Embedder: Send + Sync {
+    /// Identifies the vectors this embedder makes (model and settings);
+    /// vectors of different ids are never compared.
+    fn id(&self) -> &str;
+    fn dimensions(&self) -> usize;
+    /// One L2-normalised vector per text, in order.
+    fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Tokens of a chunk that reach the model: longer text is truncated.
+/// Throughput halves when this doubles; see BENCHMARKS.md for the choice.
+pub const DEFAULT_MAX_TOKENS: usize = 256;
+
+/// A BERT-family sentence embedder (mean pooling) run by candle on the CPU.
+pub struct LocalBert {
+    id: String,
+    model: BertModel,
+    tokenizer: Tokenizer,
+    dimensions: usize,
+}
+
+impl LocalBert {
+    /// The built-in default model, from its cache (see [`model::fetch`]).
+    pub fn default_model(max_tokens: usize) -> Result<LocalBert> {
+        let dir = model::locate(&model::MINILM)?;
+        LocalBert::load(&model::MINILM, &dir, max_tokens)
+    }
+
+    pub fn load(spec: &ModelSpec, dir: &Path, max_tokens: usize) -> Result<LocalBert> {
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("config.json")).context("reading the model's config.json")?,
+        )
+        .context("parsing the model's config.json")?;
+        // SAFETY: the weights file is mapped read-only and not modified while mapped.
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu)
+                .context("loading model.safetensors")?
+        };
+        let model = BertModel::load(vb, &config).context("building the BERT model")?;
+        let mut tokenizer =
+            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| anyhow!("loading tokenizer.json: {e}"))?;
+        // The shipped tokenizer truncates and pads to 128; use our budget and pad per batch.
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| anyhow!("configuring truncation: {e}"))?;
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
+        Ok(LocalBert {
+            id: format!("{}/{max_tokens}", spec.name),
+            model,
+            tokenizer,
+            dimensions: spec.dimensions,
+        })
+    }
+
+    /// Token counts of texts, as the model will see them (after truncation).
+    pub fn token_counts(&self, texts: &[&str]) -> Result<Vec<usize>> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| anyhow!("tokenizing: {e}"))?;
+        Ok(encodings
+            .iter()
+            .map(|e| e.get_attention_mask().iter().filter(|&&m| m == 1).count())
+            .collect())
+    }
+}
+
+impl Embedder for LocalBert {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn dimensions(&self) -> usize {
+        self.dimensions
+    }
+
+    fn embed(&self, texts: &[&str], _kind: InputKind) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| anyhow!("tokenizing: {e}"))?;
+        let n = encodings.len();
+        let len = encodings[0].get_ids().len();
+        let mut ids = Vec::with_capacity(n * len);
+        let mut types = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n * len);
+        for e in &encodings {
+            ids.extend_from_slice(e.get_ids());
+            types.extend_from_slice(e.get_type_ids());
+            mask.extend_from_slice(e.get_attention_mask());
+        }
+        let device = Device::Cpu;
+        let ids = Tensor::from_vec(ids, (n, len), &device)?;
+        let types = Tensor::from_vec(types, (n, len), &device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &device)?;
+        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+        // Mean over the real tokens, then unit length.
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+        let pooled = summed.broadcast_div(&mask.sum(1)?)?;
+        let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?;
+        let unit = pooled.broadcast_div(&norms)?;
+        Ok(unit.to_vec2::<f32>()?)
+    }
+}
+
+/// Cosine similarity of two unit vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

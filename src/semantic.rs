@@ -1,0 +1,121 @@
+//! The embedding pass: vectors for the chunks of a branch that have none yet.
+//!
+//! It runs after the lexical index is committed, so search works (lexically)
+//! while it runs. Work is keyed by content hash and embedder id: content seen
+//! before, on any branch or in any file, is never embedded again. Batches are
+//! sorted by length (less padding) and each is committed as it finishes, so
+//! an interrupted pass resumes where it stopped.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+
+use crate::embed::{Embedder, InputKind};
+use crate::store::{self, Store};
+use crate::vectors::{self, Quantization, VectorIndex};
+
+/// Chunks embedded per model call.
+const BATCH: usize = 16;
+/// Characters of a chunk passed to the tokenizer (the model truncates to its
+/// token budget; this only bounds tokenizer work on long chunks).
+const MAX_CHARS: usize = 4000;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EmbedReport {
+    pub model: String,
+    /// Distinct chunk contents of the branch.
+    pub contents: u64,
+    /// Embedded by this run.
+    pub embedded: u64,
+    /// Already had a vector (from an earlier run, another file or branch).
+    pub reused: u64,
+    pub vectors_in_index: u64,
+    pub seconds: f64,
+}
+
+/// The text a chunk contributes: its enclosing signatures, then its own text.
+pub fn embedding_text(context: Option<&str>, text: &str) -> String {
+    let mut s = String::with_capacity(text.len().min(MAX_CHARS) + 64);
+    if let Some(c) = context {
+        s.push_str(c);
+        s.push('\n');
+    }
+    let mut end = text.len().min(MAX_CHARS);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.push_str(&text[..end]);
+    s
+}
+
+/// Embeds the branch's chunk contents that lack a vector for `embedder`, then
+/// brings the vector index file up to date.
+pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, progress: bool) -> Result<EmbedReport> {
+    let started = Instant::now();
+    let model = embedder.id().to_string();
+    let contents = store::count(
+        &store.conn,
+        "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
+        [branch],
+    )?;
+    let mut todo: Vec<(i64, String)> = {
+        let mut stmt = store.conn.prepare(
+            "SELECT t.hash, min(c.context), t.text FROM chunks c
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             JOIN contents t ON t.hash = c.content_hash
+             WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
+             GROUP BY t.hash",
+        )?;
+        let rows = stmt.query_map(params![branch, model], |r| {
+            let context: Option<String> = r.get(1)?;
+            let text: String = r.get(2)?;
+            Ok((r.get::<_, i64>(0)?, embedding_text(context.as_deref(), &text)))
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    todo.sort_by_key(|(_, text)| text.len());
+    let bar = crate::index::progress_bar(progress, todo.len() as u64, "embedding", "chunks");
+    let mut embedded = 0u64;
+    for batch in todo.chunks(BATCH) {
+        let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
+        let vectors = embedder.embed(&texts, InputKind::Document)?;
+        let tx = store.conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO embeddings (content_hash, model, vector) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (content_hash, model) DO NOTHING",
+            )?;
+            for ((hash, _), vector) in batch.iter().zip(&vectors) {
+                insert.execute(params![hash, model, vectors::encode(vector)])?;
+            }
+        }
+        tx.commit()?;
+        embedded += batch.len() as u64;
+        bar.inc(batch.len() as u64);
+    }
+    bar.finish_and_clear();
+    let in_index = VectorIndex::sync(store, &model, embedder.dimensions(), Quantization::F16)?;
+    store.set_meta("embedding_model", &model)?;
+    store.set_meta("embedding_dimensions", &embedder.dimensions().to_string())?;
+    Ok(EmbedReport {
+        model,
+        contents,
+        embedded,
+        reused: contents.saturating_sub(embedded),
+        vectors_in_index: in_index as u64,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// `ken index`'s second phase for `root`: fetches the built-in model if
+/// needed, then embeds what the current branch lacks.
+pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, progress: bool) -> Result<EmbedReport> {
+    crate::model::fetch(&crate::model::MINILM)?;
+    let embedder = crate::embed::LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+    let mut store = Store::open_for_write(index_dir)?;
+    let _lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+    let branch = crate::git::head(root).catalog_key();
+    embed_missing(&mut store, &branch, &embedder, progress)
+}

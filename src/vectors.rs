@@ -1,0 +1,164 @@
+//! The approximate nearest-neighbour index over chunk embeddings: usearch
+//! HNSW (cosine, f16 by default), one file per embedder next to the SQLite
+//! index. SQLite holds the vectors (the source of truth); this file is derived
+//! from them, updated incrementally, written to a temporary name and renamed
+//! into place, and rebuilt from SQLite when it is missing, unreadable or does
+//! not match the rows.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
+
+use crate::store::Store;
+
+/// How vectors are stored in the HNSW graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantization {
+    F16,
+    I8,
+}
+
+impl Quantization {
+    fn kind(self) -> ScalarKind {
+        match self {
+            Quantization::F16 => ScalarKind::F16,
+            Quantization::I8 => ScalarKind::I8,
+        }
+    }
+}
+
+pub struct VectorIndex {
+    index: Index,
+}
+
+/// The file of an embedder's vectors in `index_dir`.
+pub fn vectors_path(index_dir: &Path, embedder_id: &str) -> PathBuf {
+    let safe: String = embedder_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    index_dir.join(format!("vectors-{safe}.usearch"))
+}
+
+fn new_index(dimensions: usize, quantization: Quantization) -> Result<Index> {
+    let options = IndexOptions {
+        dimensions,
+        metric: MetricKind::Cos,
+        quantization: quantization.kind(),
+        connectivity: 0,
+        expansion_add: 0,
+        expansion_search: 0,
+        multi: false,
+    };
+    Index::new(&options).map_err(|e| anyhow!("creating the vector index: {e}"))
+}
+
+/// Decodes a vector stored as little-endian f32s.
+pub fn decode(blob: &[u8]) -> Vec<f32> {
+    blob.chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+pub fn encode(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl VectorIndex {
+    /// Brings the file of `embedder_id`'s vectors up to date with SQLite:
+    /// adds rows it lacks, or rebuilds it when it cannot be trusted.
+    pub fn sync(store: &Store, embedder_id: &str, dimensions: usize, quantization: Quantization) -> Result<usize> {
+        let path = vectors_path(&store.dir, embedder_id);
+        let rows: i64 =
+            store
+                .conn
+                .query_row("SELECT count(*) FROM embeddings WHERE model = ?1", [embedder_id], |r| {
+                    r.get(0)
+                })?;
+        let meta_key = format!("vectors_max_id:{embedder_id}");
+        let stored_max: i64 = store.meta(&meta_key)?.and_then(|v| v.parse().ok()).unwrap_or(-1);
+        let index = new_index(dimensions, quantization)?;
+        let loaded =
+            path.is_file() && stored_max >= 0 && index.load(path.to_str().context("non-UTF-8 index path")?).is_ok();
+        let rows_up_to_max: i64 = store.conn.query_row(
+            "SELECT count(*) FROM embeddings WHERE model = ?1 AND id <= ?2",
+            rusqlite::params![embedder_id, stored_max],
+            |r| r.get(0),
+        )?;
+        let (index, from_id) = if loaded && index.size() as i64 == rows_up_to_max && index.dimensions() == dimensions {
+            (index, stored_max)
+        } else {
+            (new_index(dimensions, quantization)?, -1)
+        };
+        index
+            .reserve(rows as usize)
+            .map_err(|e| anyhow!("reserving vector index space: {e}"))?;
+        let mut stmt = store
+            .conn
+            .prepare("SELECT id, vector FROM embeddings WHERE model = ?1 AND id > ?2 ORDER BY id")?;
+        let mut rows_iter = stmt.query(rusqlite::params![embedder_id, from_id])?;
+        let mut max_id = from_id;
+        let mut added = 0usize;
+        while let Some(row) = rows_iter.next()? {
+            let id: i64 = row.get(0)?;
+            let blob: Vec<u8> = row.get(1)?;
+            let vector = decode(&blob);
+            if vector.len() != dimensions {
+                continue;
+            }
+            index
+                .add(id as u64, &vector)
+                .map_err(|e| anyhow!("adding to the vector index: {e}"))?;
+            max_id = id;
+            added += 1;
+        }
+        if added > 0 || !loaded || from_id < 0 {
+            let tmp = path.with_extension("usearch.tmp");
+            index
+                .save(tmp.to_str().context("non-UTF-8 index path")?)
+                .map_err(|e| anyhow!("saving the vector index: {e}"))?;
+            std::fs::rename(&tmp, &path).with_context(|| format!("publishing {}", path.display()))?;
+            store.set_meta(&meta_key, &max_id.to_string())?;
+        }
+        Ok(index.size())
+    }
+
+    /// Opens the vector file of `embedder_id` for searching (memory-mapped).
+    pub fn open(store: &Store, embedder_id: &str, dimensions: usize) -> Result<Option<VectorIndex>> {
+        let path = vectors_path(&store.dir, embedder_id);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let index = new_index(dimensions, Quantization::F16)?;
+        index
+            .view(path.to_str().context("non-UTF-8 index path")?)
+            .map_err(|e| anyhow!("opening {}: {e}", path.display()))?;
+        Ok(Some(VectorIndex { index }))
+    }
+
+    /// The `k` nearest embedding ids to `query`, with cosine similarity.
+    pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
+        let matches = self.index.search(query, k).map_err(|e| anyhow!("vector search: {e}"))?;
+        Ok(matches
+            .keys
+            .iter()
+            .zip(&matches.distances)
+            .map(|(&key, &d)| (key as i64, 1.0 - d))
+            .collect())
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.size()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

