@@ -43,6 +43,18 @@ enum Command {
     Index(IndexArgs),
     /// Search the index.
     Search(SearchArgs),
+    /// Find code similar in meaning to a snippet or to the chunk at PATH:LINE.
+    Similar {
+        /// A code snippet, or `path:line` of an indexed chunk.
+        target: String,
+        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        k: usize,
+        /// Keep results from the file the chunk comes from.
+        #[arg(long)]
+        include_source_file: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what is indexed.
     Status {
         #[arg(long)]
@@ -240,6 +252,23 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&hits)?);
             } else {
                 print_hits(&hits, &req.query);
+            }
+            Ok(0)
+        }
+        Command::Similar {
+            target,
+            k,
+            include_source_file,
+            json,
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let searcher = Searcher::open(&root, &index_dir)?;
+            let hits = searcher.similar(&target, k, include_source_file)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else {
+                print_hits(&hits, &target);
             }
             Ok(0)
         }

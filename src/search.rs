@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use anyhow::{bail, Context, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use rusqlite::functions::FunctionFlags;
-use rusqlite::params_from_iter;
+use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
 use crate::embed::{Embedder, InputKind, LocalBert};
@@ -156,6 +156,90 @@ impl Searcher {
 
     pub fn branch(&self) -> &str {
         &self.branch
+    }
+
+    /// Chunks most similar in meaning to `target`: a code snippet, or
+    /// `path:line` naming a chunk of the index (whose file is then left out
+    /// unless `include_source_file`).
+    pub fn similar(&self, target: &str, limit: usize, include_source_file: bool) -> Result<Vec<SearchHit>> {
+        let side = self
+            .semantic_side()
+            .map_err(|why| anyhow::anyhow!("similarity search is unavailable: {why}"))?;
+        let (vector, source) = match self.chunk_at(target)? {
+            Some((chunk_id, path, content_hash)) => {
+                let blob: Option<Vec<u8>> = self
+                    .store
+                    .conn
+                    .query_row(
+                        "SELECT vector FROM embeddings WHERE content_hash = ?1 AND model = ?2",
+                        rusqlite::params![content_hash, side.embedder.id()],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let vector = match blob {
+                    Some(b) => crate::vectors::decode(&b),
+                    None => bail!("{target} has no embedding yet; run `ken index`"),
+                };
+                (vector, Some((chunk_id, path)))
+            }
+            None => {
+                let v = side.embedder.embed(&[target], InputKind::Document)?;
+                (v.into_iter().next().unwrap_or_default(), None)
+            }
+        };
+        let req = SearchRequest {
+            limit,
+            ..SearchRequest::new(target)
+        };
+        self.register_path_filter(None)?;
+        let mut candidates: HashMap<i64, Candidate> = HashMap::new();
+        for (id, similarity) in self.neighbours(side, &vector, &req, (limit * OVERFETCH).max(50))? {
+            let skip = source.as_ref().is_some_and(|(src_id, _)| *src_id == id);
+            if !skip {
+                candidates.entry(id).or_default().similarity = Some(similarity);
+            }
+        }
+        let mut hits = self.load_hits(&candidates)?;
+        if let Some((_, path)) = &source {
+            if !include_source_file {
+                hits.retain(|h| &h.path != path);
+            }
+        }
+        for hit in &mut hits {
+            hit.score = candidates[&hit.chunk_id].similarity.map_or(0.0, f64::from);
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
+        let mut hits = diversify(hits, limit, 3);
+        let q = QueryTerms::default();
+        for hit in &mut hits {
+            hit.snippet = snippet(&hit.content, &q, 4);
+            hit.score = (hit.score * 1e6).round() / 1e6;
+        }
+        Ok(hits)
+    }
+
+    /// The innermost chunk of the branch at `path:line`, if `target` names one:
+    /// (chunk id, path, content hash).
+    fn chunk_at(&self, target: &str) -> Result<Option<(i64, String, i64)>> {
+        let Some((path, line)) = target.rsplit_once(':') else {
+            return Ok(None);
+        };
+        let Ok(line) = line.trim().parse::<u32>() else {
+            return Ok(None);
+        };
+        let path = path.trim().trim_start_matches("./");
+        Ok(self
+            .store
+            .conn
+            .query_row(
+                "SELECT c.id, k.path, c.content_hash FROM chunks c
+                 JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+                 WHERE k.path = ?2 AND c.start_line <= ?3 AND c.end_line >= ?3
+                 ORDER BY c.end_line - c.start_line LIMIT 1",
+                rusqlite::params![self.branch, path, line],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
     }
 
     /// Why semantic search is unavailable, if it is (no vectors yet, no model).
@@ -386,10 +470,22 @@ impl Searcher {
     /// similarity, restricted to the branch and filters.
     fn vector_candidates(&self, side: &SemanticSide, req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f32)>> {
         let query = side.embedder.embed(&[req.query.as_str()], InputKind::Query)?;
-        let Some(query) = query.first() else {
-            return Ok(Vec::new());
-        };
-        let neighbours = side.vectors.search(query, fetch * 2)?;
+        match query.first() {
+            Some(query) => self.neighbours(side, query, req, fetch),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The chunks (of the branch, passing the filters) whose vectors are
+    /// nearest to `vector`, best first, with cosine similarity.
+    fn neighbours(
+        &self,
+        side: &SemanticSide,
+        vector: &[f32],
+        req: &SearchRequest,
+        fetch: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        let neighbours = side.vectors.search(vector, fetch * 2)?;
         let (filter_sql, mut params) = self.filters(req);
         params.push(String::new());
         let id_param = params.len();

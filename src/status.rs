@@ -30,6 +30,12 @@ pub struct Status {
     pub skipped: SkipCounts,
     /// Every branch with files in the index, with its file count.
     pub branches: BTreeMap<String, u64>,
+    /// The embedder whose vectors the index holds, if any.
+    pub embedding_model: Option<String>,
+    /// Share of this branch's distinct chunk contents that have a vector (0..=1).
+    pub embedding_coverage: f64,
+    pub embedded_contents: u64,
+    pub distinct_contents: u64,
 }
 
 pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
@@ -38,6 +44,21 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let branch = head.catalog_key();
     let totals = BranchTotals::read(&store, &branch)?;
     let branches = store::counts_by(&store.conn, "SELECT branch, count(*) FROM catalog GROUP BY branch", [])?;
+    let embedding_model = store.meta("embedding_model")?;
+    let distinct_contents = store::count(
+        &store.conn,
+        "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
+        [&branch],
+    )?;
+    let embedded_contents = match &embedding_model {
+        Some(model) => store::count(
+            &store.conn,
+            "SELECT count(*) FROM embeddings e WHERE e.model = ?2 AND e.content_hash IN
+                 (SELECT c.content_hash FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1)",
+            rusqlite::params![branch, model],
+        )?,
+        None => 0,
+    };
     let last: Option<IndexReport> = store
         .meta("last_index_report")?
         .and_then(|json| serde_json::from_str(&json).ok());
@@ -55,6 +76,14 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         index_bytes: store.disk_size(),
         skipped: last.map(|r| r.skipped).unwrap_or_default(),
         branches,
+        embedding_coverage: if distinct_contents == 0 {
+            0.0
+        } else {
+            embedded_contents as f64 / distinct_contents as f64
+        },
+        embedding_model,
+        embedded_contents,
+        distinct_contents,
     })
 }
 
@@ -82,6 +111,19 @@ impl Status {
             }
             None => {
                 let _ = writeln!(out, "  last indexed: {when}");
+            }
+        }
+        match &self.embedding_model {
+            Some(model) => {
+                let _ = writeln!(
+                    out,
+                    "  embeddings:   {:.1}% of {} contents ({model})",
+                    self.embedding_coverage * 100.0,
+                    self.distinct_contents
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  embeddings:   none (lexical search only)");
             }
         }
         if !self.skipped.is_empty() {

@@ -233,3 +233,65 @@ fn the_model_is_fetched_from_a_hub_and_verified() {
     assert!(stderr.contains("sha256"), "{stderr}");
     assert!(!cache2.join("models/all-MiniLM-L6-v2/config.json").exists());
 }
+
+#[test]
+fn similar_finds_code_like_a_snippet_or_a_chunk() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    write(
+        root,
+        "a/text.py",
+        "def normalize_whitespace(text):\n    return \" \".join(text.split())\n\n\ndef shout(text):\n    return text.upper() + \"!\"\n",
+    );
+    write(
+        root,
+        "b/clean.py",
+        "def squeeze_spaces(s):\n    return \" \".join(s.split())\n",
+    );
+    index_json(root);
+
+    let hits = ken_json(root, &["similar", "--json", "-k", "3", "a/text.py:2"]);
+    assert_eq!(hits[0]["symbol"], "squeeze_spaces", "{hits}");
+    assert!(
+        hits.as_array().unwrap().iter().all(|h| h["path"] != "a/text.py"),
+        "source file left out: {hits}"
+    );
+    let hits = ken_json(
+        root,
+        &["similar", "--json", "-k", "5", "--include-source-file", "a/text.py:2"],
+    );
+    assert!(
+        hits.as_array().unwrap().iter().any(|h| h["symbol"] == "shout"),
+        "{hits}"
+    );
+    assert!(
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["symbol"] != "normalize_whitespace"),
+        "not itself: {hits}"
+    );
+
+    let hits = ken_json(
+        root,
+        &[
+            "similar",
+            "--json",
+            "-k",
+            "2",
+            "def tidy(x):\n    return ' '.join(x.split())",
+        ],
+    );
+    let top: Vec<&str> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["symbol"].as_str())
+        .collect();
+    assert!(
+        top.contains(&"squeeze_spaces") && top.contains(&"normalize_whitespace"),
+        "{hits}"
+    );
+}
