@@ -243,10 +243,8 @@ fn run(cli: Cli) -> Result<i32> {
                 mode: args.mode,
             };
             let hits = searcher.search(&req)?;
-            if req.mode == SearchMode::Hybrid {
-                if let Some(why) = searcher.semantic_unavailable() {
-                    eprintln!("ken: lexical results only: {why}");
-                }
+            if let Some(notice) = searcher.notice() {
+                eprintln!("ken: {notice}");
             }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&hits)?);

@@ -30,6 +30,10 @@ pub trait Embedder: Send + Sync {
     fn dimensions(&self) -> usize;
     /// One L2-normalised vector per text, in order.
     fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>>;
+    /// How many texts to pass per [`Embedder::embed`] call.
+    fn preferred_batch(&self) -> usize {
+        16
+    }
 }
 
 /// Tokens of a chunk that reach the model: longer text is truncated.

@@ -16,6 +16,7 @@ pub mod index;
 pub mod lang;
 pub mod lexical;
 pub mod model;
+pub mod provider;
 pub mod search;
 pub mod semantic;
 pub mod status;

@@ -13,7 +13,7 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
-use crate::embed::{Embedder, InputKind, LocalBert};
+use crate::embed::{Embedder, InputKind};
 use crate::git;
 use crate::lexical::{self, QueryTerms};
 use crate::store::Store;
@@ -85,6 +85,7 @@ pub struct Searcher {
     branch: String,
     /// The query embedder and vector index, loaded on the first query that needs them.
     semantic: OnceLock<Result<SemanticSide, String>>,
+    notice: std::sync::Mutex<Option<String>>,
 }
 
 /// What semantic search needs: the embedder of the index's vectors and the
@@ -147,6 +148,7 @@ impl Searcher {
             store,
             branch,
             semantic: OnceLock::new(),
+            notice: std::sync::Mutex::new(None),
         })
     }
 
@@ -242,9 +244,14 @@ impl Searcher {
             .optional()?)
     }
 
-    /// Why semantic search is unavailable, if it is (no vectors yet, no model).
-    pub fn semantic_unavailable(&self) -> Option<String> {
-        self.semantic_side().err()
+    /// What the last search could not do (e.g. semantic search unavailable,
+    /// so the results are lexical only).
+    pub fn notice(&self) -> Option<String> {
+        self.notice.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_notice(&self, text: String) {
+        *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
     }
 
     fn semantic_side(&self) -> Result<&SemanticSide, String> {
@@ -255,24 +262,19 @@ impl Searcher {
                     .meta("embedding_model")
                     .map_err(|e| e.to_string())?
                     .ok_or("the index has no embeddings yet (run `ken index` without --no-embed)")?;
-                let max_tokens = model
-                    .rsplit_once('/')
-                    .and_then(|(_, t)| t.parse().ok())
-                    .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
-                let embedder = LocalBert::default_model(max_tokens).map_err(|e| format!("{e:#}"))?;
-                if embedder.id() != model {
-                    return Err(format!(
-                        "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",
-                        embedder.id()
-                    ));
-                }
-                let vectors = VectorIndex::open(&self.store, &model, embedder.dimensions())
+                let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
+                let embedder =
+                    crate::semantic::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
+                let dimensions: usize = self
+                    .store
+                    .meta("embedding_dimensions")
+                    .map_err(|e| e.to_string())?
+                    .and_then(|d| d.parse().ok())
+                    .unwrap_or(embedder.dimensions());
+                let vectors = VectorIndex::open(&self.store, &model, dimensions)
                     .map_err(|e| format!("{e:#}"))?
                     .ok_or("the vector index file is missing; run `ken index` to rebuild it")?;
-                Ok(SemanticSide {
-                    embedder: Box::new(embedder),
-                    vectors,
-                })
+                Ok(SemanticSide { embedder, vectors })
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -306,17 +308,28 @@ impl Searcher {
                 }
             }
         }
+        *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let semantic_on = match (req.mode, self.semantic_side()) {
             (SearchMode::Lexical, _) => false,
-            (_, Ok(side)) => {
-                for (id, similarity) in self.vector_candidates(side, req, fetch)? {
-                    let c = candidates.entry(id).or_default();
-                    c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
+            (mode, Ok(side)) => match self.vector_candidates(side, req, fetch) {
+                Ok(found) => {
+                    for (id, similarity) in found {
+                        let c = candidates.entry(id).or_default();
+                        c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
+                    }
+                    true
                 }
-                true
-            }
+                Err(e) if mode == SearchMode::Hybrid => {
+                    self.set_notice(format!("lexical results only: {e:#}"));
+                    false
+                }
+                Err(e) => return Err(e),
+            },
             (SearchMode::Semantic, Err(why)) => bail!("semantic search is unavailable: {why}"),
-            (SearchMode::Hybrid, Err(_)) => false,
+            (SearchMode::Hybrid, Err(why)) => {
+                self.set_notice(format!("lexical results only: {why}"));
+                false
+            }
         };
         let mut hits = self.load_hits(&candidates)?;
         if !common.is_empty() {

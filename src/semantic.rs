@@ -8,16 +8,15 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use crate::embed::{Embedder, InputKind};
+use crate::embed::{Embedder, InputKind, LocalBert};
+use crate::provider::{HttpEmbedder, ProviderConfig};
 use crate::store::{self, Store};
 use crate::vectors::{self, Quantization, VectorIndex};
 
-/// Chunks embedded per model call.
-const BATCH: usize = 16;
 /// Characters of a chunk passed to the tokenizer (the model truncates to its
 /// token budget; this only bounds tokenizer work on long chunks).
 const MAX_CHARS: usize = 4000;
@@ -78,7 +77,7 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     todo.sort_by_key(|(_, text)| text.len());
     let bar = crate::index::progress_bar(progress, todo.len() as u64, "embedding", "chunks");
     let mut embedded = 0u64;
-    for batch in todo.chunks(BATCH) {
+    for batch in todo.chunks(embedder.preferred_batch().max(1)) {
         let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
         let vectors = embedder.embed(&texts, InputKind::Document)?;
         let tx = store.conn.transaction()?;
@@ -96,9 +95,20 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         bar.inc(batch.len() as u64);
     }
     bar.finish_and_clear();
-    let in_index = VectorIndex::sync(store, &model, embedder.dimensions(), Quantization::F16)?;
+    let dimensions = match embedder.dimensions() {
+        0 => store
+            .meta("embedding_dimensions")?
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0),
+        d => d,
+    };
+    let in_index = if dimensions > 0 {
+        VectorIndex::sync(store, &model, dimensions, Quantization::F16)?
+    } else {
+        0
+    };
     store.set_meta("embedding_model", &model)?;
-    store.set_meta("embedding_dimensions", &embedder.dimensions().to_string())?;
+    store.set_meta("embedding_dimensions", &dimensions.to_string())?;
     Ok(EmbedReport {
         model,
         contents,
@@ -109,13 +119,65 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     })
 }
 
-/// `ken index`'s second phase for `root`: fetches the built-in model if
-/// needed, then embeds what the current branch lacks.
+/// The embedder chosen by the environment: an HTTP provider when
+/// `KEN_EMBED_PROVIDER` names one, else the built-in model (fetched if
+/// needed). Returns it with the provider settings to store in the index.
+pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
+    match ProviderConfig::from_env()? {
+        Some(config) => {
+            let stored = serde_json::to_string(&config)?;
+            Ok((Box::new(HttpEmbedder::new(config)?), stored))
+        }
+        None => {
+            crate::model::fetch(&crate::model::MINILM)?;
+            let embedder = LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+            Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
+        }
+    }
+}
+
+/// The embedder that made an index's vectors (`model` is its id,
+/// `provider` the stored settings), to embed queries the same way.
+pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn Embedder>> {
+    match provider {
+        Some(json) if json != LOCAL_PROVIDER => {
+            let config: ProviderConfig =
+                serde_json::from_str(json).context("the index's embedding provider settings")?;
+            Ok(Box::new(HttpEmbedder::new(config)?))
+        }
+        _ => {
+            let max_tokens = model
+                .rsplit_once('/')
+                .and_then(|(_, t)| t.parse().ok())
+                .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
+            let embedder = LocalBert::default_model(max_tokens)?;
+            if embedder.id() != model {
+                anyhow::bail!(
+                    "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",
+                    embedder.id()
+                );
+            }
+            Ok(Box::new(embedder))
+        }
+    }
+}
+
+const LOCAL_PROVIDER: &str = "local";
+
+/// `ken index`'s second phase for `root`: embeds what the current branch lacks.
 pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, progress: bool) -> Result<EmbedReport> {
-    crate::model::fetch(&crate::model::MINILM)?;
-    let embedder = crate::embed::LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+    let (embedder, provider) = configured_embedder()?;
     let mut store = Store::open_for_write(index_dir)?;
     let _lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
     let branch = crate::git::head(root).catalog_key();
-    embed_missing(&mut store, &branch, &embedder, progress)
+    if let Some(previous) = store.meta("embedding_model")? {
+        if previous != embedder.id() {
+            eprintln!(
+                "ken: the embedding model changed ({previous} -> {}); embedding every chunk again",
+                embedder.id()
+            );
+        }
+    }
+    store.set_meta("embedding_provider", &provider)?;
+    embed_missing(&mut store, &branch, embedder.as_ref(), progress)
 }
