@@ -230,3 +230,140 @@ impl BenchReport {
         s
     }
 }
+
+/// `ken bench vectors`: add and search `count` clustered unit vectors in the
+/// HNSW index, against an exact scan of the same vectors as the baseline.
+#[derive(Debug, Serialize)]
+pub struct VectorBench {
+    pub count: usize,
+    pub dimensions: usize,
+    pub add_seconds: f64,
+    pub adds_per_second: f64,
+    pub search_p50_ms: f64,
+    pub exact_scan_p50_ms: f64,
+    pub recall_at_10: f64,
+}
+
+pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Quantization) -> Result<VectorBench> {
+    // Deterministic clustered data (uniform random vectors are adversarial for HNSW).
+    let mut seed = 0x9E3779B97F4A7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    let centroids: Vec<Vec<f32>> = (0..100).map(|_| (0..dimensions).map(|_| next()).collect()).collect();
+    let unit = |mut v: Vec<f32>| {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= n);
+        v
+    };
+    let data: Vec<Vec<f32>> = (0..count)
+        .map(|i| {
+            unit(
+                centroids[i % centroids.len()]
+                    .iter()
+                    .map(|c| c + 0.3 * next())
+                    .collect(),
+            )
+        })
+        .collect();
+    let index = crate::vectors::VectorIndex::in_memory(dimensions, quantization)?;
+    let t = Instant::now();
+    index.reserve(count)?;
+    for (i, v) in data.iter().enumerate() {
+        index.add(i as i64, v)?;
+    }
+    let add_seconds = t.elapsed().as_secs_f64();
+    let queries: Vec<Vec<f32>> = (0..200)
+        .map(|i| unit(data[(i * 37) % count].iter().map(|x| x + 0.05 * next()).collect()))
+        .collect();
+    let (mut ann_ms, mut exact_ms, mut found) = (Vec::new(), Vec::new(), 0usize);
+    for q in &queries {
+        let t = Instant::now();
+        let ann = index.search(q, 10)?;
+        ann_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let mut exact: Vec<(usize, f32)> = data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, crate::embed::cosine(q, v)))
+            .collect();
+        exact.select_nth_unstable_by(9, |a, b| b.1.total_cmp(&a.1));
+        exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let truth: Vec<i64> = exact[..10].iter().map(|(i, _)| *i as i64).collect();
+        found += ann.iter().filter(|(id, _)| truth.contains(id)).count();
+    }
+    Ok(VectorBench {
+        count,
+        dimensions,
+        add_seconds,
+        adds_per_second: count as f64 / add_seconds.max(1e-9),
+        search_p50_ms: percentile(&mut ann_ms, 0.5),
+        exact_scan_p50_ms: percentile(&mut exact_ms, 0.5),
+        recall_at_10: found as f64 / (queries.len() * 10) as f64,
+    })
+}
+
+/// `ken bench embed`: built-in model throughput on real chunks of ROOT's
+/// index, at several token budgets measured in the same run.
+#[derive(Debug, Serialize)]
+pub struct EmbedBench {
+    pub chunks: usize,
+    /// (token budget, chunks per second, mean tokens per chunk)
+    pub budgets: Vec<(usize, f64, f64)>,
+    pub query_p50_ms: f64,
+}
+
+pub fn embed(
+    root: &std::path::Path,
+    index_dir: &std::path::Path,
+    chunks: usize,
+    budgets: &[usize],
+) -> Result<EmbedBench> {
+    let searcher = Searcher::open(root, index_dir)?;
+    let mut stmt = searcher.store().conn.prepare(
+        "SELECT c.context, t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash
+         GROUP BY t.hash ORDER BY t.hash LIMIT ?1",
+    )?;
+    let texts: Vec<String> = stmt
+        .query_map([chunks as i64], |r| {
+            let context: Option<String> = r.get(0)?;
+            let text: String = r.get(1)?;
+            Ok(crate::semantic::embedding_text(context.as_deref(), &text))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    crate::model::fetch(&crate::model::MINILM)?;
+    let mut rows = Vec::new();
+    let mut query_ms = Vec::new();
+    for &budget in budgets {
+        let model = crate::embed::LocalBert::default_model(budget)?;
+        let mut sorted: Vec<&str> = texts.iter().map(String::as_str).collect();
+        sorted.sort_by_key(|t| t.len());
+        let tokens: usize = model.token_counts(&sorted)?.iter().sum();
+        let t = Instant::now();
+        for batch in sorted.chunks(16) {
+            crate::embed::Embedder::embed(&model, batch, crate::embed::InputKind::Document)?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        rows.push((
+            budget,
+            texts.len() as f64 / secs.max(1e-9),
+            tokens as f64 / texts.len().max(1) as f64,
+        ));
+        for q in [
+            "parse the configuration file",
+            "retry a request with exponential backoff",
+        ] {
+            let t = Instant::now();
+            crate::embed::Embedder::embed(&model, &[q], crate::embed::InputKind::Query)?;
+            query_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    Ok(EmbedBench {
+        chunks: texts.len(),
+        budgets: rows,
+        query_p50_ms: percentile(&mut query_ms, 0.5),
+    })
+}

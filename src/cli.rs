@@ -137,6 +137,24 @@ enum ModelCommand {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
+    /// HNSW add and search speed on clustered vectors, against an exact scan.
+    Vectors {
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        #[arg(long, default_value_t = 384)]
+        dimensions: usize,
+        /// How vectors are stored: f32, f16 or i8.
+        #[arg(long, default_value = "f32")]
+        quantization: String,
+    },
+    /// Built-in model throughput on the chunks of the indexed root.
+    Embed {
+        #[arg(long, default_value_t = 200)]
+        chunks: usize,
+        /// Token budgets to compare.
+        #[arg(long, value_delimiter = ',', default_value = "128,256")]
+        budgets: Vec<usize>,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,
@@ -330,6 +348,33 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
             }
+            Ok(0)
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Vectors {
+                    count,
+                    dimensions,
+                    quantization,
+                },
+        } => {
+            let q = match quantization.as_str() {
+                "f32" => crate::vectors::Quantization::F32,
+                "f16" => crate::vectors::Quantization::F16,
+                "i8" => crate::vectors::Quantization::I8,
+                other => anyhow::bail!("--quantization {other}: expected f32, f16 or i8"),
+            };
+            let r = bench::vectors(count, dimensions, q)?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            Ok(0)
+        }
+        Command::Bench {
+            what: BenchCommand::Embed { chunks, budgets },
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let r = bench::embed(&root, &index_dir, chunks, &budgets)?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(0)
         }
         Command::Bench {

@@ -103,7 +103,7 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         d => d,
     };
     let in_index = if dimensions > 0 {
-        VectorIndex::sync(store, &model, dimensions, Quantization::F16)?
+        VectorIndex::sync(store, &model, dimensions, Quantization::from_env()?)?
     } else {
         0
     };

@@ -1,5 +1,5 @@
 //! The approximate nearest-neighbour index over chunk embeddings: usearch
-//! HNSW (cosine, f16 by default), one file per embedder next to the SQLite
+//! HNSW (cosine, f32 by default), one file per embedder next to the SQLite
 //! index. SQLite holds the vectors (the source of truth); this file is derived
 //! from them, updated incrementally, written to a temporary name and renamed
 //! into place, and rebuilt from SQLite when it is missing, unreadable or does
@@ -12,16 +12,36 @@ use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 use crate::store::Store;
 
-/// How vectors are stored in the HNSW graph.
+/// Candidates considered when linking a new vector (usearch's default is
+/// 128). 40 adds 4x faster with the same recall@10 on clustered 384-d data
+/// (`ken bench vectors`, BENCHMARKS.md).
+const EXPANSION_ADD: usize = 40;
+
+/// How vectors are stored in the HNSW graph. f32 is the default: this build
+/// has no SIMD half-float kernels (usearch without numkong, which costs six
+/// minutes of build), so f16 adds 4x slower; i8 halves memory again at
+/// some recall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Quantization {
+    F32,
     F16,
     I8,
 }
 
 impl Quantization {
+    /// From `KEN_VECTOR_QUANTIZATION` (f32, f16 or i8); f32 when unset.
+    pub fn from_env() -> Result<Quantization> {
+        match std::env::var("KEN_VECTOR_QUANTIZATION").as_deref() {
+            Err(_) | Ok("") | Ok("f32") => Ok(Quantization::F32),
+            Ok("f16") => Ok(Quantization::F16),
+            Ok("i8") => Ok(Quantization::I8),
+            Ok(other) => anyhow::bail!("KEN_VECTOR_QUANTIZATION={other}: expected f32, f16 or i8"),
+        }
+    }
+
     fn kind(self) -> ScalarKind {
         match self {
+            Quantization::F32 => ScalarKind::F32,
             Quantization::F16 => ScalarKind::F16,
             Quantization::I8 => ScalarKind::I8,
         }
@@ -53,7 +73,7 @@ fn new_index(dimensions: usize, quantization: Quantization) -> Result<Index> {
         metric: MetricKind::Cos,
         quantization: quantization.kind(),
         connectivity: 0,
-        expansion_add: 0,
+        expansion_add: EXPANSION_ADD,
         expansion_search: 0,
         multi: false,
     };
@@ -92,7 +112,8 @@ impl VectorIndex {
             rusqlite::params![embedder_id, stored_max],
             |r| r.get(0),
         )?;
-        let (index, from_id) = if loaded && index.size() as i64 == rows_up_to_max && index.dimensions() == dimensions {
+        let trusted = loaded && index.size() as i64 == rows_up_to_max && index.dimensions() == dimensions;
+        let (index, from_id) = if trusted {
             (index, stored_max)
         } else {
             (new_index(dimensions, quantization)?, -1)
@@ -119,7 +140,7 @@ impl VectorIndex {
             max_id = id;
             added += 1;
         }
-        if added > 0 || !loaded || from_id < 0 {
+        if added > 0 || !trusted {
             let tmp = path.with_extension("usearch.tmp");
             index
                 .save(tmp.to_str().context("non-UTF-8 index path")?)
@@ -130,16 +151,40 @@ impl VectorIndex {
         Ok(index.size())
     }
 
+    /// An empty index in memory (for benchmarks).
+    pub fn in_memory(dimensions: usize, quantization: Quantization) -> Result<VectorIndex> {
+        Ok(VectorIndex {
+            index: new_index(dimensions, quantization)?,
+        })
+    }
+
+    pub fn reserve(&self, capacity: usize) -> Result<()> {
+        self.index
+            .reserve(capacity)
+            .map_err(|e| anyhow!("reserving vector index space: {e}"))
+    }
+
+    pub fn add(&self, id: i64, vector: &[f32]) -> Result<()> {
+        self.index
+            .add(id as u64, vector)
+            .map_err(|e| anyhow!("adding to the vector index: {e}"))
+    }
+
     /// Opens the vector file of `embedder_id` for searching (memory-mapped).
     pub fn open(store: &Store, embedder_id: &str, dimensions: usize) -> Result<Option<VectorIndex>> {
         let path = vectors_path(&store.dir, embedder_id);
         if !path.is_file() {
             return Ok(None);
         }
-        let index = new_index(dimensions, Quantization::F16)?;
-        index
-            .view(path.to_str().context("non-UTF-8 index path")?)
+        let index = Index::restore_view(path.to_str().context("non-UTF-8 index path")?)
             .map_err(|e| anyhow!("opening {}: {e}", path.display()))?;
+        if index.dimensions() != dimensions {
+            anyhow::bail!(
+                "{} holds {}-d vectors, the model makes {dimensions}-d; run `ken index` to rebuild it",
+                path.display(),
+                index.dimensions()
+            );
+        }
         Ok(Some(VectorIndex { index }))
     }
 
