@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the public retrieval benchmark (../shared/eval) against ken and prints
+# the tables per set and per repo.
+#
+#   scripts/eval.sh [--modes hybrid,lexical,semantic] [--sets swe-public,doc-public,ident-public]
+#
+# Needs the eval work dir built once (see ../shared/eval/README.md: build.py
+# --mirror-root DIR, default work dir /tmp/ken-eval) and a release build.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+eval_dir="${KEN_EVAL_DIR:-$here/../shared/eval}"
+work="${KEN_EVAL_WORK:-/tmp/ken-eval}"
+modes="hybrid,lexical"
+sets="swe-public,doc-public,ident-public"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --modes) modes="$2"; shift 2 ;;
+    --sets) sets="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -d "$work/cases" ] || { echo "no eval cases in $work: run $eval_dir/build.py first (see its README)" >&2; exit 2; }
+bin="${CARGO_TARGET_DIR:-$here/target}/release/ken"
+[ -x "$bin" ] || (cd "$here" && cargo build --release)
+# A private copy: rebuilding ken while the eval runs must not change the binary mid-run.
+cp "$bin" "$work/ken-under-test"
+results=()
+for mode in ${modes//,/ }; do
+  index_cmd="$work/ken-under-test index . -q"
+  [ "$mode" = lexical ] && index_cmd="$work/ken-under-test index . -q --no-embed"
+  for set in ${sets//,/ }; do
+    python3 "$eval_dir/run.py" --set "$set" --work "$work" --name "ken-$mode" \
+      --index "$index_cmd" \
+      --tool "$work/ken-under-test search --json --mode $mode -k {k} {query}" >/dev/null
+    results+=("$work/results/ken-$mode-$set.json")
+  done
+done
+python3 "$eval_dir/run.py" --report "${results[@]}"
+echo
+python3 "$eval_dir/run.py" --report-repos "${results[@]}"
