@@ -60,6 +60,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compute the missing embeddings of the index (the second phase of `ken index`).
+    Embed {
+        #[arg(short, long)]
+        quiet: bool,
+    },
     /// Manage the built-in embedding model.
     Model {
         #[command(subcommand)]
@@ -94,6 +99,10 @@ struct IndexArgs {
     /// Lexical index only: skip computing embeddings for semantic search.
     #[arg(long)]
     no_embed: bool,
+    /// Return once the lexical index is committed and compute embeddings in a
+    /// background process (`ken status` shows the coverage growing).
+    #[arg(long, conflicts_with = "no_embed")]
+    background: bool,
     /// No progress bar and no summary.
     #[arg(short, long)]
     quiet: bool,
@@ -226,6 +235,14 @@ fn run(cli: Cli) -> Result<i32> {
             // Phase two: the lexical index is committed and searchable; now the vectors.
             let embedding = if args.no_embed {
                 None
+            } else if args.background {
+                let pid = spawn_background_embedding(&root, &index_dir)?;
+                if !args.quiet {
+                    eprintln!(
+                        "ken: embedding continues in the background (pid {pid}); `ken status` shows the coverage"
+                    );
+                }
+                None
             } else {
                 match semantic::embed_root(&root, &index_dir, opts.progress) {
                     Ok(r) => Some(r),
@@ -296,6 +313,19 @@ fn run(cli: Cli) -> Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", status.render(Style::stdout()));
+            }
+            Ok(0)
+        }
+        Command::Embed { quiet } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let progress = !quiet && std::io::stderr().is_terminal();
+            let report = semantic::embed_root(&root, &index_dir, progress)?;
+            if !quiet {
+                println!(
+                    "embedded {} new, {} re-used ({}) in {:.1} s",
+                    report.embedded, report.reused, report.model, report.seconds
+                );
             }
             Ok(0)
         }
@@ -399,6 +429,30 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Starts `ken embed` for `root` as a detached process that outlives this one.
+fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the ken executable")?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(index_dir.join("embed.log"))
+        .context("cannot open the embedding log")?;
+    let child = std::process::Command::new(exe)
+        .arg("--root")
+        .arg(root)
+        .arg("--index-dir")
+        .arg(index_dir)
+        .args(["embed", "--quiet"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the background embedding")?;
+    Ok(child.id())
 }
 
 /// The root for commands that read an index: `--root`, else the nearest

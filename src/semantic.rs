@@ -77,6 +77,7 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     todo.sort_by_key(|(_, text)| text.len());
     let bar = crate::index::progress_bar(progress, todo.len() as u64, "embedding", "chunks");
     let mut embedded = 0u64;
+    let mut last_publish = Instant::now();
     for batch in todo.chunks(embedder.preferred_batch().max(1)) {
         let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
         let vectors = embedder.embed(&texts, InputKind::Document)?;
@@ -93,22 +94,14 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         tx.commit()?;
         embedded += batch.len() as u64;
         bar.inc(batch.len() as u64);
+        // Publish what is done now and then, so searches meanwhile use it.
+        if last_publish.elapsed() >= PUBLISH_EVERY {
+            publish(store, embedder)?;
+            last_publish = Instant::now();
+        }
     }
     bar.finish_and_clear();
-    let dimensions = match embedder.dimensions() {
-        0 => store
-            .meta("embedding_dimensions")?
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0),
-        d => d,
-    };
-    let in_index = if dimensions > 0 {
-        VectorIndex::sync(store, &model, dimensions, Quantization::from_env()?)?
-    } else {
-        0
-    };
-    store.set_meta("embedding_model", &model)?;
-    store.set_meta("embedding_dimensions", &dimensions.to_string())?;
+    let in_index = publish(store, embedder)?;
     Ok(EmbedReport {
         model,
         contents,
@@ -117,6 +110,29 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         vectors_in_index: in_index as u64,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// How often a long embedding pass makes its vectors searchable.
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Brings the vector index file up to date and records the embedder, making
+/// the stored vectors searchable. Returns the number of vectors in the file.
+fn publish(store: &Store, embedder: &dyn Embedder) -> Result<usize> {
+    let model = embedder.id();
+    let dimensions = match embedder.dimensions() {
+        0 => store
+            .meta("embedding_dimensions")?
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0),
+        d => d,
+    };
+    if dimensions == 0 {
+        return Ok(0);
+    }
+    let in_index = VectorIndex::sync(store, model, dimensions, Quantization::from_env()?)?;
+    store.set_meta("embedding_model", model)?;
+    store.set_meta("embedding_dimensions", &dimensions.to_string())?;
+    Ok(in_index)
 }
 
 /// The embedder chosen by the environment: an HTTP provider when

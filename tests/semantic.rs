@@ -295,3 +295,25 @@ fn similar_finds_code_like_a_snippet_or_a_chunk() {
         "{hits}"
     );
 }
+
+#[test]
+fn background_embedding_lets_lexical_search_start_at_once() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let report = ken_json(root, &["index", "--background", "--json"]);
+    assert!(report["embedding"].is_null(), "{report}");
+    // Searchable right away (lexically at least).
+    assert_eq!(search(root, "render_template", 1)[0]["symbol"], "render_template");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let status = ken_json(root, &["status", "--json"]);
+        if status["embedding_coverage"] == 1.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "embedding did not finish: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert_eq!(semantic_top(root, "reject credentials that are too old"), "check_expiry");
+}
