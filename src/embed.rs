@@ -40,6 +40,15 @@ pub trait Embedder: Send + Sync {
 /// Throughput halves when this doubles; see BENCHMARKS.md for the choice.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
 
+/// The token budget for new vectors: `KEN_EMBED_MAX_TOKENS`, else the default.
+pub fn max_tokens_from_env() -> usize {
+    std::env::var("KEN_EMBED_MAX_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| (16..=512).contains(&n))
+        .unwrap_or(DEFAULT_MAX_TOKENS)
+}
+
 /// A BERT-family sentence embedder (mean pooling) run by candle on the CPU.
 pub struct LocalBert {
     id: String,

@@ -146,7 +146,7 @@ pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
         }
         None => {
             crate::model::fetch(&crate::model::MINILM)?;
-            let embedder = LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+            let embedder = LocalBert::default_model(crate::embed::max_tokens_from_env())?;
             Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
         }
     }
