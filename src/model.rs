@@ -54,16 +54,20 @@ pub const MINILM: ModelSpec = ModelSpec {
 /// Marker written once a folder's files passed the sha256 check.
 const VERIFIED_MARKER: &str = ".ken-verified";
 
+/// ken's per-user cache folder: `KEN_CACHE_DIR`, else `~/.cache/ken`.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("KEN_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| dirs::cache_dir().map(|d| d.join("ken")))
+        .unwrap_or_else(|| std::env::temp_dir().join("ken-cache"))
+}
+
 /// The folder holding the model: `KEN_MODEL_DIR`, else the user cache.
 pub fn model_dir(spec: &ModelSpec) -> PathBuf {
     if let Some(dir) = std::env::var_os("KEN_MODEL_DIR") {
         return PathBuf::from(dir);
     }
-    let cache = std::env::var_os("KEN_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| dirs::cache_dir().map(|d| d.join("ken")))
-        .unwrap_or_else(|| std::env::temp_dir().join("ken-cache"));
-    cache.join("models").join(spec.name)
+    cache_root().join("models").join(spec.name)
 }
 
 /// The model folder if every file is there (and was verified when fetched).

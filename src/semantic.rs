@@ -28,8 +28,12 @@ pub struct EmbedReport {
     pub contents: u64,
     /// Embedded by this run.
     pub embedded: u64,
-    /// Already had a vector (from an earlier run, another file or branch).
+    /// Already had a vector (from an earlier run, another file or branch,
+    /// or another repository through the shared cache).
     pub reused: u64,
+    /// Taken from the per-user cache of vectors (see [`SharedCache`]).
+    #[serde(default)]
+    pub from_shared_cache: u64,
     pub vectors_in_index: u64,
     pub seconds: f64,
 }
@@ -78,9 +82,11 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     let bar = crate::index::progress_bar(progress, todo.len() as u64, "embedding", "chunks");
     let mut embedded = 0u64;
     let mut last_publish = Instant::now();
+    let shared = SharedCache::open();
+    let mut from_cache = 0u64;
     for batch in todo.chunks(embedder.preferred_batch().max(1)) {
-        let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
-        let vectors = embedder.embed(&texts, InputKind::Document)?;
+        let (vectors, cached) = embed_batch(embedder, shared.as_ref(), batch)?;
+        from_cache += cached;
         let tx = store.conn.transaction()?;
         {
             let mut insert = tx.prepare_cached(
@@ -92,7 +98,7 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
             }
         }
         tx.commit()?;
-        embedded += batch.len() as u64;
+        embedded += batch.len() as u64 - cached;
         bar.inc(batch.len() as u64);
         // Publish what is done now and then, so searches meanwhile use it.
         if last_publish.elapsed() >= PUBLISH_EVERY {
@@ -106,10 +112,87 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         model,
         contents,
         embedded,
+        from_shared_cache: from_cache,
         reused: contents.saturating_sub(embedded),
         vectors_in_index: in_index as u64,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Vectors for a batch: from the shared cache where it has them, the rest
+/// computed (and added to the cache). Returns the vectors in batch order and
+/// how many came from the cache.
+fn embed_batch(
+    embedder: &dyn Embedder,
+    shared: Option<&SharedCache>,
+    batch: &[(i64, String)],
+) -> Result<(Vec<Vec<f32>>, u64)> {
+    let keys: Vec<i64> = batch
+        .iter()
+        .map(|(_, t)| crate::store::content_hash(t.as_bytes()))
+        .collect();
+    let mut out: Vec<Option<Vec<f32>>> = match shared {
+        Some(cache) => keys.iter().map(|k| cache.get(embedder.id(), *k)).collect(),
+        None => vec![None; batch.len()],
+    };
+    let missing: Vec<usize> = (0..batch.len()).filter(|&i| out[i].is_none()).collect();
+    let cached = (batch.len() - missing.len()) as u64;
+    if !missing.is_empty() {
+        let texts: Vec<&str> = missing.iter().map(|&i| batch[i].1.as_str()).collect();
+        let computed = embedder.embed(&texts, InputKind::Document)?;
+        for (&i, vector) in missing.iter().zip(computed) {
+            if let Some(cache) = shared {
+                cache.put(embedder.id(), keys[i], &vector);
+            }
+            out[i] = Some(vector);
+        }
+    }
+    Ok((out.into_iter().map(Option::unwrap_or_default).collect(), cached))
+}
+
+/// A per-user SQLite cache of vectors keyed by embedder id and the hash of
+/// the exact text embedded, shared by every index of the user (clones,
+/// worktrees, vendored copies). Best effort: if it cannot be opened or
+/// written, embedding goes on without it. `KEN_SHARED_CACHE=0` disables it.
+pub struct SharedCache {
+    conn: rusqlite::Connection,
+}
+
+impl SharedCache {
+    pub fn open() -> Option<SharedCache> {
+        if std::env::var("KEN_SHARED_CACHE").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let path = crate::model::cache_root().join("vectors.db");
+        std::fs::create_dir_all(path.parent()?).ok()?;
+        let conn = rusqlite::Connection::open(&path).ok()?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text_hash INTEGER NOT NULL,
+                 vector BLOB NOT NULL, PRIMARY KEY (model, text_hash)) WITHOUT ROWID;",
+        )
+        .ok()?;
+        Some(SharedCache { conn })
+    }
+
+    fn get(&self, model: &str, text_hash: i64) -> Option<Vec<f32>> {
+        self.conn
+            .prepare_cached("SELECT vector FROM vectors WHERE model = ?1 AND text_hash = ?2")
+            .ok()?
+            .query_row(params![model, text_hash], |r| r.get::<_, Vec<u8>>(0))
+            .ok()
+            .map(|b| vectors::decode(&b))
+    }
+
+    fn put(&self, model: &str, text_hash: i64, vector: &[f32]) {
+        if let Ok(mut stmt) = self
+            .conn
+            .prepare_cached("INSERT OR IGNORE INTO vectors (model, text_hash, vector) VALUES (?1, ?2, ?3)")
+        {
+            let _ = stmt.execute(params![model, text_hash, vectors::encode(vector)]);
+        }
+    }
 }
 
 /// How often a long embedding pass makes its vectors searchable.

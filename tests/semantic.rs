@@ -312,8 +312,43 @@ fn background_embedding_lets_lexical_search_start_at_once() {
         if status["embedding_coverage"] == 1.0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "embedding did not finish: {status}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "embedding did not finish: {status}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
-    assert_eq!(semantic_top(root, "reject credentials that are too old"), "check_expiry");
+    assert_eq!(
+        semantic_top(root, "reject credentials that are too old"),
+        "check_expiry"
+    );
+}
+
+#[test]
+fn a_second_clone_takes_its_vectors_from_the_shared_cache() {
+    let model = model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    sample_project(&a);
+    sample_project(&b);
+    let index = |root: &Path| -> Value {
+        let out = Command::new(ken_bin())
+            .args(["index", "--json"])
+            .current_dir(root)
+            .env("KEN_CACHE_DIR", tmp.path().join("cache"))
+            .env("KEN_MODEL_DIR", &model)
+            .env_remove("KEN_SHARED_CACHE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = index(&a);
+    let n = first["embedding"]["embedded"].as_u64().unwrap();
+    assert!(n > 10, "{first}");
+    assert_eq!(first["embedding"]["from_shared_cache"], 0);
+    let second = index(&b);
+    assert_eq!(second["embedding"]["embedded"], 0, "{second}");
+    assert_eq!(second["embedding"]["from_shared_cache"].as_u64(), Some(n), "{second}");
+    assert_eq!(semantic_top(&b, "reject credentials that are too old"), "check_expiry");
 }

@@ -17,6 +17,8 @@ pub fn ken(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .env_remove("KEN_INDEX_DIR")
         .env_remove("KEN_GRAMMARS_DIR")
+        // Tests count what they embed; the per-user vector cache would hide that.
+        .env("KEN_SHARED_CACHE", "0")
         .env("NO_COLOR", "1")
         .output()
         .expect("ken runs")
