@@ -60,6 +60,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve MCP over stdio for coding agents (the root defaults to the working directory).
+    Serve,
     /// Compute the missing embeddings of the index (the second phase of `ken index`).
     Embed {
         #[arg(short, long)]
@@ -314,6 +316,17 @@ fn run(cli: Cli) -> Result<i32> {
             } else {
                 print!("{}", status.render(Style::stdout()));
             }
+            Ok(0)
+        }
+        Command::Serve => {
+            let root = match &cli.root {
+                Some(r) => r
+                    .canonicalize()
+                    .with_context(|| format!("--root {}: no such directory", r.display()))?,
+                None => std::env::current_dir()?,
+            };
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            crate::mcp::serve(root, index_dir)?;
             Ok(0)
         }
         Command::Embed { quiet } => {

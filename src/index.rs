@@ -113,7 +113,11 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     store.set_meta("chunking", &chunking)?;
 
     let found = discover::discover(&root, &opts.discover);
-    tracing::info!("indexing: {} files found in {:.2} s", found.files.len(), started.elapsed().as_secs_f64());
+    tracing::info!(
+        "indexing: {} files found in {:.2} s",
+        found.files.len(),
+        started.elapsed().as_secs_f64()
+    );
     let catalog = store.catalog(&branch)?;
     let known_versions = known_versions(&store)?;
     let mut report = IndexReport {
@@ -194,7 +198,10 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     let changes = report.parsed + report.removed;
     if changes > 0 {
         store.optimize_lexical()?;
-        tracing::info!("indexing: lexical index merged after {:.2} s", started.elapsed().as_secs_f64());
+        tracing::info!(
+            "indexing: lexical index merged after {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         store.checkpoint()?;
     }
     fill_totals(&store, &branch, &mut report)?;

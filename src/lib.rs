@@ -15,6 +15,7 @@ pub mod http;
 pub mod index;
 pub mod lang;
 pub mod lexical;
+pub mod mcp;
 pub mod model;
 pub mod provider;
 pub mod search;

@@ -105,7 +105,9 @@ struct Candidate {
 }
 
 /// How results are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchMode {
     /// Lexical and semantic candidates fused by reciprocal rank.

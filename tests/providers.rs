@@ -73,7 +73,10 @@ fn tiny_project(root: &Path) {
 
 fn ken_env(root: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let mut cmd = Command::new(ken_bin());
-    cmd.args(args).current_dir(root).env("NO_COLOR", "1").env("KEN_SHARED_CACHE", "0");
+    cmd.args(args)
+        .current_dir(root)
+        .env("NO_COLOR", "1")
+        .env("KEN_SHARED_CACHE", "0");
     for (k, v) in env {
         cmd.env(k, v);
     }
