@@ -256,6 +256,14 @@ impl Searcher {
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
     }
 
+    /// [`Self::semantic_side`], or an empty error without loading anything when `skip`.
+    fn semantic_side_unless(&self, skip: bool) -> Result<&SemanticSide, String> {
+        if skip {
+            return Err(String::new());
+        }
+        self.semantic_side()
+    }
+
     fn semantic_side(&self) -> Result<&SemanticSide, String> {
         self.semantic
             .get_or_init(|| {
@@ -311,8 +319,16 @@ impl Searcher {
             }
         }
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let semantic_on = match (req.mode, self.semantic_side()) {
+        // A lone identifier that names a definition is answered by that
+        // definition: vectors add nothing, and loading the model costs more
+        // than the whole lexical search.
+        let lone_identifier = req.query.split_whitespace().count() == 1 && candidates.values().any(|c| c.exact_symbol);
+        let semantic_on = match (
+            req.mode,
+            self.semantic_side_unless(req.mode == SearchMode::Hybrid && lone_identifier),
+        ) {
             (SearchMode::Lexical, _) => false,
+            (SearchMode::Hybrid, Err(why)) if why.is_empty() => false,
             (mode, Ok(side)) => match self.vector_candidates(side, req, fetch) {
                 Ok(found) => {
                     for (id, similarity) in found {

@@ -328,7 +328,7 @@ fn a_provider_that_never_answers_does_not_hang_indexing_or_search() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["embedding"]["embedded"], 4, "{report}");
     let started = Instant::now();
-    let out = ken_env(root, &["search", "--json", "multiply"], &env_for(flaky));
+    let out = ken_env(root, &["search", "--json", "multiply two numbers"], &env_for(flaky));
     assert!(out.status.success());
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     let hits: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -141,7 +141,14 @@ fn without_the_model_lexical_search_still_works() {
     assert!(stderr.contains("semantic search is unavailable"), "{stderr}");
     assert!(stderr.contains("KEN_MODEL_DIR"), "{stderr}");
 
+    // An identifier needs no vectors: answered silently.
     let out = run(&["search", "--json", "render_template"]);
+    assert!(out.status.success());
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["symbol"], "render_template");
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A question falls back to lexical results and says so.
+    let out = run(&["search", "--json", "render a template"]);
     assert!(out.status.success());
     let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits[0]["symbol"], "render_template");
