@@ -363,3 +363,21 @@ fn changed_chunking_rules_re_chunk_every_file() {
         "no class chunks under the edited rules: {hits:?}"
     );
 }
+
+#[test]
+fn kenignore_and_default_excludes_keep_files_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    write(root, ".kenignore", "docs/\n*.txt\n");
+    write(root, "node_modules/lib/index.js", "function vendoredThing() {}\n");
+    write(root, "target/debug/build.rs", "fn built_output() {}\n");
+    let report = ken_json(root, &["index", "--no-embed", "--json"]);
+    assert_eq!(report["files"], 4, "{report}");
+    assert!(report["languages"].get("markdown").is_none(), "{report}");
+    assert!(search(root, "vendoredThing", 5).is_empty());
+    // Opting in to vendored folders indexes them.
+    let report = ken_json(root, &["index", "--no-embed", "--no-default-excludes", "--json"]);
+    assert_eq!(report["files"], 6, "{report}");
+    assert_eq!(search(root, "vendoredThing", 1)[0]["path"], "node_modules/lib/index.js");
+}
