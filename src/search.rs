@@ -325,10 +325,12 @@ impl Searcher {
         let lone_identifier = req.query.split_whitespace().count() == 1 && candidates.values().any(|c| c.exact_symbol);
         let semantic_on = match (
             req.mode,
-            self.semantic_side_unless(req.mode == SearchMode::Hybrid && lone_identifier),
+            self.semantic_side_unless(
+                req.mode == SearchMode::Lexical || (req.mode == SearchMode::Hybrid && lone_identifier),
+            ),
         ) {
             (SearchMode::Lexical, _) => false,
-            (SearchMode::Hybrid, Err(why)) if why.is_empty() => false,
+            (_, Err(why)) if why.is_empty() => false,
             (mode, Ok(side)) => match self.vector_candidates(side, req, fetch) {
                 Ok(found) => {
                     for (id, similarity) in found {
