@@ -22,6 +22,11 @@ use crate::git;
 use crate::lang;
 use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, Store};
 
+/// Runs that change at least this many files load the lexical index in bulk.
+const BULK_FILES: usize = 1000;
+/// FTS5's default `automerge` setting, restored after a bulk load.
+const DEFAULT_AUTOMERGE: i64 = 4;
+
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
     pub discover: DiscoverOptions,
@@ -145,6 +150,10 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     }
     // Largest first, so the slowest parses start early and the tail is short.
     changed.sort_unstable_by_key(|c| std::cmp::Reverse(c.size));
+    // A bulk load merges FTS segments once at the end instead of as it goes.
+    // Set every run: a killed bulk run must not leave merging off.
+    let bulk = changed.len() >= BULK_FILES;
+    store.set_lexical_automerge(if bulk { 0 } else { DEFAULT_AUTOMERGE })?;
 
     let progress = progress_bar(opts.progress, changed.len() as u64, "indexing", "files");
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
@@ -196,6 +205,9 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
 
     tracing::info!("indexing: files written after {:.2} s", started.elapsed().as_secs_f64());
     let changes = report.parsed + report.removed;
+    if bulk {
+        store.set_lexical_automerge(DEFAULT_AUTOMERGE)?;
+    }
     if changes > 0 {
         store.optimize_lexical()?;
         tracing::info!(
@@ -265,14 +277,14 @@ fn read_and_chunk(
     });
     match chunked {
         Ok(chunks) => {
-            let version = NewFileVersion {
-                path: candidate.rel_path.clone(),
-                content_hash: hash,
-                size: bytes.len() as i64,
-                language: language.map_or(lang::PLAIN_TEXT, |l| l.name).to_string(),
-                line_count: text.lines().count() as i64,
+            let version = NewFileVersion::new(
+                candidate.rel_path.clone(),
+                hash,
+                bytes.len() as i64,
+                language.map_or(lang::PLAIN_TEXT, |l| l.name).to_string(),
+                text.lines().count() as i64,
                 chunks,
-            };
+            );
             Outcome::Parsed { candidate, version }
         }
         Err(e) => Outcome::Failed {

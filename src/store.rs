@@ -109,7 +109,64 @@ pub struct NewFileVersion {
     pub size: i64,
     pub language: String,
     pub line_count: i64,
-    pub chunks: Vec<Chunk>,
+    pub chunks: Vec<PreparedChunk>,
+    /// Lexical terms of the path, shared by the file's chunks.
+    pub path_terms: String,
+}
+
+/// A chunk with everything the writer stores already computed, so the
+/// single writer thread only inserts (hashing and term extraction run on the
+/// parallel workers).
+pub struct PreparedChunk {
+    pub chunk: Chunk,
+    pub content_hash: i64,
+    pub symbol_key: Option<String>,
+    pub symbol_terms: String,
+    pub body_terms: String,
+}
+
+impl PreparedChunk {
+    pub fn new(chunk: Chunk) -> PreparedChunk {
+        let mut symbol_terms = String::new();
+        if let Some(symbol) = &chunk.symbol {
+            lexical::index_terms(symbol, &mut symbol_terms);
+        }
+        let mut body_terms = String::new();
+        if let Some(context) = &chunk.context {
+            lexical::index_terms(context, &mut body_terms);
+        }
+        lexical::index_terms(&chunk.text, &mut body_terms);
+        PreparedChunk {
+            content_hash: content_hash(chunk.text.as_bytes()),
+            symbol_key: chunk.symbol.as_deref().map(lexical::joined_key),
+            symbol_terms,
+            body_terms,
+            chunk,
+        }
+    }
+}
+
+impl NewFileVersion {
+    pub fn new(
+        path: String,
+        content_hash: i64,
+        size: i64,
+        language: String,
+        line_count: i64,
+        chunks: Vec<Chunk>,
+    ) -> Self {
+        let mut path_terms = String::new();
+        lexical::index_terms(&path, &mut path_terms);
+        NewFileVersion {
+            path,
+            content_hash,
+            size,
+            language,
+            line_count,
+            chunks: chunks.into_iter().map(PreparedChunk::new).collect(),
+            path_terms,
+        }
+    }
 }
 
 impl Store {
@@ -286,6 +343,16 @@ impl Store {
         Ok(())
     }
 
+    /// FTS5's `automerge` setting: 0 stops incremental segment merging (for a
+    /// bulk load followed by [`Store::optimize_lexical`]).
+    pub fn set_lexical_automerge(&self, value: i64) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('automerge', ?1)",
+            [value],
+        )?;
+        Ok(())
+    }
+
     /// Merges the FTS index segments, which makes queries faster after many writes.
     pub fn optimize_lexical(&self) -> Result<()> {
         self.conn
@@ -402,13 +469,10 @@ impl<'c> Batch<'c> {
         let mut insert_fts = self
             .tx
             .prepare_cached("INSERT INTO chunks_fts (rowid, symbol, path, body) VALUES (?1, ?2, ?3, ?4)")?;
-        let mut path_terms = String::new();
-        lexical::index_terms(&file.path, &mut path_terms);
-        let (mut symbol_terms, mut body_terms) = (String::new(), String::new());
-        for chunk in &file.chunks {
-            let hash = content_hash(chunk.text.as_bytes());
+        for prepared in &file.chunks {
+            let chunk = &prepared.chunk;
+            let hash = prepared.content_hash;
             insert_content.execute(params![hash, chunk.text])?;
-            let symbol_key = chunk.symbol.as_deref().map(lexical::joined_key);
             insert_chunk.execute(params![
                 file_id,
                 hash,
@@ -418,20 +482,16 @@ impl<'c> Batch<'c> {
                 chunk.end_byte,
                 chunk.kind,
                 chunk.symbol,
-                symbol_key,
+                prepared.symbol_key,
                 chunk.context
             ])?;
             let chunk_id = self.tx.last_insert_rowid();
-            symbol_terms.clear();
-            body_terms.clear();
-            if let Some(symbol) = &chunk.symbol {
-                lexical::index_terms(symbol, &mut symbol_terms);
-            }
-            if let Some(context) = &chunk.context {
-                lexical::index_terms(context, &mut body_terms);
-            }
-            lexical::index_terms(&chunk.text, &mut body_terms);
-            insert_fts.execute(params![chunk_id, symbol_terms, path_terms, body_terms])?;
+            insert_fts.execute(params![
+                chunk_id,
+                prepared.symbol_terms,
+                file.path_terms,
+                prepared.body_terms
+            ])?;
         }
         Ok(file_id)
     }
