@@ -96,36 +96,31 @@ fn an_openai_compatible_server_embeds_chunks_and_queries() {
         ("KEN_EMBED_BATCH", "2".to_string()),
         ("KEN_EMBED_TIMEOUT", "60".to_string()),
     ];
-    let out = ken_env(root, &["index", "--json"], &env);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        report["embedding"]["model"], "openai:multilingual-e5-small-q4",
-        "{report}"
-    );
-    assert_eq!(report["embedding"]["embedded"], 4, "{report}");
-    assert_eq!(report["embedding"]["vectors_in_index"], 4, "{report}");
-
-    // Queries are embedded by the provider the index was built with.
-    let out = ken_env(
+    index_and_search(
         root,
-        &[
-            "search",
-            "--json",
-            "--mode",
-            "semantic",
-            "-k",
-            "2",
-            "fetch a url and write it to disk",
-        ],
         &env,
+        "openai:multilingual-e5-small-q4",
+        "fetch a url and write it to disk",
+        "download_file",
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(hits[0]["symbol"], "download_file", "{hits}");
     let status = ken_json(root, &["status", "--json"]);
     assert_eq!(status["embedding_coverage"], 1.0);
     assert_eq!(status["embedding_model"], "openai:multilingual-e5-small-q4");
+}
+
+/// Indexes `root` with the provider of `env`, checks the report, and checks
+/// that a semantic query (embedded by the same provider) finds `symbol` first.
+fn index_and_search(root: &Path, env: &[(&str, String)], model: &str, query: &str, symbol: &str) {
+    let out = ken_env(root, &["index", "--json"], env);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["embedding"]["model"], model, "{report}");
+    assert_eq!(report["embedding"]["embedded"], 4, "{report}");
+    assert_eq!(report["embedding"]["vectors_in_index"], 4, "{report}");
+    let out = ken_env(root, &["search", "--json", "--mode", "semantic", "-k", "2", query], env);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["symbol"], symbol, "{hits}");
 }
 
 #[test]
@@ -151,26 +146,13 @@ fn an_ollama_server_embeds_chunks_and_queries() {
         ("KEN_EMBED_MODEL", "e5-small".to_string()),
         ("KEN_EMBED_TIMEOUT", "60".to_string()),
     ];
-    let out = ken_env(root, &["index", "--json"], &env);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["embedding"]["model"], "ollama:e5-small", "{report}");
-    assert_eq!(report["embedding"]["embedded"], 4, "{report}");
-    let out = ken_env(
+    index_and_search(
         root,
-        &[
-            "search",
-            "--json",
-            "--mode",
-            "semantic",
-            "-k",
-            "2",
-            "reverse the characters of a string",
-        ],
         &env,
+        "ollama:e5-small",
+        "reverse the characters of a string",
+        "reverse_string",
     );
-    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(hits[0]["symbol"], "reverse_string", "{hits}");
 }
 
 /// Serves `respond(request_number, request_text)` on a loopback port, one
