@@ -43,6 +43,14 @@ enum Command {
     Index(IndexArgs),
     /// Search the index.
     Search(SearchArgs),
+    /// Check the index for consistency; exits 1 when it is unhealthy (for CI).
+    Health {
+        /// Fix what can be fixed.
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Find code similar in meaning to a snippet or to the chunk at PATH:LINE.
     Similar {
         /// A code snippet, or `path:line` of an indexed chunk.
@@ -289,6 +297,21 @@ fn run(cli: Cli) -> Result<i32> {
                 print_hits(&hits, &req.query);
             }
             Ok(0)
+        }
+        Command::Health { repair, json } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let report = crate::health::check(&root, &index_dir, repair)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for f in &report.findings {
+                    let fixed = if f.repaired { " (repaired)" } else { "" };
+                    println!("{:?}: {} ({}): {}{fixed}", f.severity, f.check, f.count, f.message);
+                }
+                println!("{}", if report.healthy { "healthy" } else { "unhealthy" });
+            }
+            Ok(if report.healthy { 0 } else { 1 })
         }
         Command::Similar {
             target,

@@ -67,6 +67,13 @@ pub struct CallGraphArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct HealthArgs {
+    /// Fix what can be fixed.
+    #[serde(default)]
+    pub repair: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct IndexArgs {
     /// Rebuild the index from scratch.
     #[serde(default)]
@@ -259,6 +266,22 @@ are computed for new content). estimate_only counts the files without indexing. 
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         match outcome {
             Ok(v) => json_result(&v),
+            Err(e) => Ok(tool_error(format!("{e:#}"))),
+        }
+    }
+
+    #[tool(
+        description = "Consistency checks of the index (orphaned chunks or vectors, dimension mismatch, vector \
+file out of step, files changed since indexing, missing vectors) with severities; repair fixes what it can."
+    )]
+    async fn index_health_check(&self, Parameters(args): Parameters<HealthArgs>) -> Result<CallToolResult, ErrorData> {
+        let (root, dir) = (self.root.clone(), self.index_dir.clone());
+        let repair = args.repair.unwrap_or(false);
+        let report = tokio::task::spawn_blocking(move || crate::health::check(&root, &dir, repair))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        match report {
+            Ok(r) => json_result(&r),
             Err(e) => Ok(tool_error(format!("{e:#}"))),
         }
     }

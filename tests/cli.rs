@@ -381,3 +381,43 @@ fn kenignore_and_default_excludes_keep_files_out() {
     assert_eq!(report["files"], 6, "{report}");
     assert_eq!(search(root, "vendoredThing", 1)[0]["path"], "node_modules/lib/index.js");
 }
+
+#[test]
+fn health_finds_inconsistencies_repairs_them_and_reports_stale_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let report = ken_json(root, &["health", "--json"]);
+    assert_eq!(report["healthy"], true, "{report}");
+    assert!(report["findings"].as_array().unwrap().is_empty(), "{report}");
+
+    // Damage: a file version disappears under its chunks and catalog entry.
+    {
+        let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+        // Damage that ken's own writes (foreign keys on) can never cause.
+        conn.execute_batch("PRAGMA foreign_keys = OFF; DELETE FROM files WHERE path = 'src/lib.rs';")
+            .unwrap();
+    }
+    write(root, "notes.txt", "changed notes\n");
+    let out = ken(root, &["health", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "unhealthy exits 1");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    assert!(checks.contains(&"chunks_without_files"), "{report}");
+    assert!(checks.contains(&"catalog_without_files"), "{report}");
+    assert!(checks.contains(&"files_changed_since_indexing"), "{report}");
+
+    let out = ken(root, &["health", "--repair", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = ken_json(root, &["health", "--json"]);
+    assert_eq!(report["healthy"], true, "{report}");
+    // Re-indexing brings back what the repair dropped.
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
+}

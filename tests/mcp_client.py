@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
-EXPECTED_TOOLS = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_codebase", "index_status"}
+EXPECTED_TOOLS = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_codebase", "index_status", "index_health_check"}
 READ_ONLY = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_status"}
 
 
@@ -91,6 +91,9 @@ async def main():
 
             status = structured(await session.call_tool("index_status", {}))
             check(status["files"] >= 5 and status["chunks"] > 0, f"status {status}")
+
+            health = structured(await session.call_tool("index_health_check", {}))
+            check(health["healthy"] is True and "findings" in health, f"health {health}")
 
             estimate = structured(await session.call_tool("index_codebase", {"estimate_only": True}))
             check(estimate["files"] >= 5, f"estimate {estimate}")
