@@ -226,7 +226,7 @@ pub fn discover(root: &Path, opts: &DiscoverOptions) -> Discovery {
             WalkState::Continue
         })
     });
-    let mut out = result.into_inner().unwrap();
+    let mut out = result.into_inner().unwrap_or_else(|e| e.into_inner());
     out.files.sort_unstable_by(|a, b| a.rel_path.cmp(&b.rel_path));
     out
 }
