@@ -36,6 +36,13 @@ async def main():
             check(init.server_info.name == "ken", f"server name {init.server_info.name}")
             check(init.instructions and "codebase_search" in init.instructions, "instructions mention codebase_search")
 
+            prompts = {p.name: p for p in (await session.list_prompts()).prompts}
+            check({"search", "find", "call-graph", "index", "status"} <= set(prompts), f"prompts: {sorted(prompts)}")
+            got = await session.get_prompt("search", {"query": "jwt expiry"})
+            check("codebase_search" in got.messages[0].content.text and "jwt expiry" in got.messages[0].content.text, f"{got}")
+            got = await session.get_prompt("status", {})
+            check("index_status" in got.messages[0].content.text, f"{got}")
+
             tools = {t.name: t for t in (await session.list_tools()).tools}
             check(EXPECTED_TOOLS <= set(tools), f"tools: {sorted(tools)}")
             for name, tool in tools.items():
