@@ -252,7 +252,11 @@ are computed for new content). estimate_only counts the files without indexing. 
                 return Ok(serde_json::json!({"files": found.files.len(), "bytes": bytes, "skipped": found.skipped}));
             }
             if args.force.unwrap_or(false) {
-                let _ = std::fs::remove_file(dir.join("index.db"));
+                // Under the writer lock, and the WAL with the database: never a half-deleted index.
+                let store = crate::store::Store::open_for_write(&dir)?;
+                let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+                drop(store.recreate()?);
+                drop(lock);
             }
             let report = crate::index::index(&root, &dir, &crate::index::IndexOptions::default())?;
             let embedding = crate::semantic::embed_root(&root, &dir, false).map_err(|e| format!("{e:#}"));

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use anyhow::{bail, Context, Result};
 use globset::{GlobBuilder, GlobMatcher};
 use rusqlite::functions::FunctionFlags;
+use rusqlite::types::Value;
 use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
@@ -84,7 +85,9 @@ pub struct Searcher {
     store: Store,
     branch: String,
     /// The query embedder and vector index, loaded on the first query that needs them.
-    semantic: OnceLock<Result<SemanticSide, String>>,
+    /// Only a successful load is kept: a failure (no vectors yet, no model)
+    /// is retried by the next query, which may come after `ken index`.
+    semantic: OnceLock<SemanticSide>,
     notice: std::sync::Mutex<Option<String>>,
 }
 
@@ -265,29 +268,31 @@ impl Searcher {
     }
 
     fn semantic_side(&self) -> Result<&SemanticSide, String> {
-        self.semantic
-            .get_or_init(|| {
-                let model = self
-                    .store
-                    .meta("embedding_model")
-                    .map_err(|e| e.to_string())?
-                    .ok_or("the index has no embeddings yet (run `ken index` without --no-embed)")?;
-                let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
-                let embedder =
-                    crate::semantic::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
-                let dimensions: usize = self
-                    .store
-                    .meta("embedding_dimensions")
-                    .map_err(|e| e.to_string())?
-                    .and_then(|d| d.parse().ok())
-                    .unwrap_or(embedder.dimensions());
-                let vectors = VectorIndex::open(&self.store, &model, dimensions)
-                    .map_err(|e| format!("{e:#}"))?
-                    .ok_or("the vector index file is missing; run `ken index` to rebuild it")?;
-                Ok(SemanticSide { embedder, vectors })
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+        if let Some(side) = self.semantic.get() {
+            return Ok(side);
+        }
+        let load = || -> Result<SemanticSide, String> {
+            let model = self
+                .store
+                .meta("embedding_model")
+                .map_err(|e| e.to_string())?
+                .ok_or("the index has no embeddings yet (run `ken index` without --no-embed)")?;
+            let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
+            let embedder =
+                crate::semantic::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
+            let dimensions: usize = self
+                .store
+                .meta("embedding_dimensions")
+                .map_err(|e| e.to_string())?
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(embedder.dimensions());
+            let vectors = VectorIndex::open(&self.store, &model, dimensions)
+                .map_err(|e| format!("{e:#}"))?
+                .ok_or("the vector index file is missing; run `ken index` to rebuild it")?;
+            Ok(SemanticSide { embedder, vectors })
+        };
+        let side = load()?;
+        Ok(self.semantic.get_or_init(|| side))
     }
 
     pub fn search(&self, req: &SearchRequest) -> Result<Vec<SearchHit>> {
@@ -436,18 +441,18 @@ impl Searcher {
     }
 
     /// SQL conditions and parameters for the request's filters; `?1` is the branch.
-    fn filters(&self, req: &SearchRequest) -> (String, Vec<String>) {
+    fn filters(&self, req: &SearchRequest) -> (String, Vec<Value>) {
         let mut sql = String::new();
-        let mut params = vec![self.branch.clone()];
+        let mut params = vec![Value::Text(self.branch.clone())];
         if req.path_glob.is_some() {
             sql.push_str(" AND ken_path_matches(k.path)");
         }
         if let Some(lang) = &req.language {
-            params.push(lang.to_ascii_lowercase());
+            params.push(Value::Text(lang.to_ascii_lowercase()));
             sql.push_str(&format!(" AND f.language = ?{}", params.len()));
         }
         if let Some(kind) = &req.kind {
-            params.push(kind.to_ascii_lowercase());
+            params.push(Value::Text(kind.to_ascii_lowercase()));
             sql.push_str(&format!(" AND c.kind = ?{}", params.len()));
         }
         (sql, params)
@@ -465,7 +470,7 @@ impl Searcher {
              WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
         ))?;
         let (filter_sql, mut params) = self.filters(req);
-        params.push(String::new());
+        params.push(Value::Null);
         let id_param = params.len();
         let mut visible_stmt = self.store.conn.prepare_cached(&format!(
             "SELECT c.id FROM chunks c
@@ -484,7 +489,7 @@ impl Searcher {
             let exhausted = ranked.len() < depth;
             let mut visible = Vec::with_capacity(fetch);
             for (id, rank) in ranked {
-                *params.last_mut().expect("id parameter") = id.to_string();
+                *params.last_mut().expect("id parameter") = Value::Integer(id);
                 if visible_stmt.exists(params_from_iter(params.iter()))? {
                     visible.push((id, rank));
                     if visible.len() >= fetch {
@@ -520,7 +525,7 @@ impl Searcher {
     ) -> Result<Vec<(i64, f32)>> {
         let neighbours = side.vectors.search(vector, fetch * 2)?;
         let (filter_sql, mut params) = self.filters(req);
-        params.push(String::new());
+        params.push(Value::Null);
         let id_param = params.len();
         let mut stmt = self.store.conn.prepare_cached(&format!(
             "SELECT c.id FROM embeddings e
@@ -531,7 +536,7 @@ impl Searcher {
         ))?;
         let mut out = Vec::new();
         for (embedding_id, similarity) in neighbours {
-            *params.last_mut().expect("id parameter") = embedding_id.to_string();
+            *params.last_mut().expect("id parameter") = Value::Integer(embedding_id);
             let ids: Vec<i64> = stmt
                 .query_map(params_from_iter(params.iter()), |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
@@ -545,7 +550,7 @@ impl Searcher {
 
     fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<i64>> {
         let (filter_sql, mut params) = self.filters(req);
-        params.push(key.to_string());
+        params.push(Value::Text(key.to_string()));
         let key_param = params.len();
         let sql = format!(
             "SELECT c.id FROM chunks c

@@ -106,6 +106,10 @@ async def main():
             check(estimate["files"] >= 5, f"estimate {estimate}")
             report = structured(await session.call_tool("index_codebase", {}))
             check(report["files"] >= 5 and report["parsed"] == 0, f"re-index {report}")
+            forced = structured(await session.call_tool("index_codebase", {"force": True}))
+            check(forced["parsed"] == forced["files"], f"forced re-index parses everything: {forced}")
+            out = structured(await session.call_tool("codebase_search", {"query": "render_template", "limit": 1}))
+            check(out["results"][0]["symbol"] == "render_template", f"search after a forced re-index: {out}")
     print("mcp client: all checks passed")
 
 
