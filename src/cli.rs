@@ -10,7 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::bench;
 use crate::discover::DiscoverOptions;
 use crate::index::{self, IndexOptions, IndexReport};
+use crate::kb::{self, BaseHit};
 use crate::model;
+use crate::progress::Reporter;
 use crate::search::{SearchHit, SearchMode, SearchRequest, Searcher};
 use crate::semantic;
 use crate::status;
@@ -86,6 +88,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Knowledge bases: other folders (docs, another repository) searched with the project.
+    Kb {
+        #[command(subcommand)]
+        what: KbCommand,
+    },
+    /// Write the JSON Schemas of the MCP tools' inputs and outputs into DIR.
+    Schemas {
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
@@ -155,6 +167,27 @@ enum ModelCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum KbCommand {
+    /// Register a folder and index it (its index lives in the project's `.ken/kb/`).
+    Add {
+        path: PathBuf,
+        /// Name shown in results (default: the folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Lexical index only.
+        #[arg(long)]
+        no_embed: bool,
+    },
+    /// List the knowledge bases.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unregister a knowledge base and delete its index (not the folder).
+    Remove { name: String },
+}
+
+#[derive(Subcommand, Debug)]
 enum BenchCommand {
     /// HNSW add and search speed on clustered vectors, against an exact scan.
     Vectors {
@@ -191,7 +224,7 @@ enum BenchCommand {
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    crate::logs::init(cli.verbose);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -199,21 +232,6 @@ pub fn main() -> i32 {
             1
         }
     }
-}
-
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KEN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
 }
 
 fn run(cli: Cli) -> Result<i32> {
@@ -234,7 +252,7 @@ fn run(cli: Cli) -> Result<i32> {
                     default_excludes: !args.no_default_excludes,
                     ..DiscoverOptions::default()
                 },
-                progress: !args.quiet && std::io::stderr().is_terminal(),
+                reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()),
                 lock_timeout: Duration::from_secs(120),
                 ..IndexOptions::default()
             };
@@ -254,7 +272,7 @@ fn run(cli: Cli) -> Result<i32> {
                 }
                 None
             } else {
-                match semantic::embed_root(&root, &index_dir, opts.progress) {
+                match semantic::embed_root(&root, &index_dir, &opts.reporter) {
                     Ok(r) => Some(r),
                     Err(e) => {
                         eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}");
@@ -277,7 +295,6 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Search(args) => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
-            let searcher = Searcher::open(&root, &index_dir)?;
             let req = SearchRequest {
                 query: args.query.join(" "),
                 limit: args.k,
@@ -287,12 +304,21 @@ fn run(cli: Cli) -> Result<i32> {
                 max_per_file: args.max_per_file,
                 mode: args.mode,
             };
-            let hits = searcher.search(&req)?;
-            if let Some(notice) = searcher.notice() {
+            let searcher = Searcher::open(&root, &index_dir)?;
+            let mut opened = Vec::new();
+            for base in kb::list(&index_dir)? {
+                match Searcher::open(base.root(), &base.index_dir(&index_dir)) {
+                    Ok(s) => opened.push((base, s)),
+                    Err(e) => eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name),
+                }
+            }
+            let bases: Vec<_> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
+            let (hits, notices) = kb::search_all(&searcher, &bases, &req, None)?;
+            for notice in notices {
                 eprintln!("ken: {notice}");
             }
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
+                print_json_hits(&hits)?;
             } else {
                 print_hits(&hits, &req.query);
             }
@@ -322,9 +348,13 @@ fn run(cli: Cli) -> Result<i32> {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let searcher = Searcher::open(&root, &index_dir)?;
-            let hits = searcher.similar(&target, k, include_source_file)?;
+            let hits: Vec<BaseHit> = searcher
+                .similar(&target, k, include_source_file)?
+                .into_iter()
+                .map(|h| (kb::PROJECT.to_string(), h))
+                .collect();
             if json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
+                print_json_hits(&hits)?;
             } else {
                 print_hits(&hits, &target);
             }
@@ -355,13 +385,67 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Embed { quiet } => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
-            let progress = !quiet && std::io::stderr().is_terminal();
-            let report = semantic::embed_root(&root, &index_dir, progress)?;
+            let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal());
+            let report = semantic::embed_root(&root, &index_dir, &reporter)?;
             if !quiet {
                 println!(
                     "embedded {} new, {} re-used ({}) in {:.1} s",
                     report.embedded, report.reused, report.model, report.seconds
                 );
+            }
+            Ok(0)
+        }
+        Command::Kb { what } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            match what {
+                KbCommand::Add { path, name, no_embed } => {
+                    let base = kb::add(&root, &index_dir, &path, name.as_deref())?;
+                    let base_dir = base.index_dir(&index_dir);
+                    let opts = IndexOptions {
+                        reporter: Reporter::terminal(std::io::stderr().is_terminal()),
+                        ..IndexOptions::default()
+                    };
+                    let report = match index::index(base.root(), &base_dir, &opts) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = kb::remove(&index_dir, &base.name);
+                            return Err(e);
+                        }
+                    };
+                    println!(
+                        "added knowledge base `{}` ({}): {} files, {} chunks",
+                        base.name, base.path, report.files, report.chunks
+                    );
+                    if !no_embed {
+                        if let Err(e) = semantic::embed_root(base.root(), &base_dir, &opts.reporter) {
+                            eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}");
+                        }
+                    }
+                }
+                KbCommand::List { json } => {
+                    let bases = kb::list(&index_dir)?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&bases)?);
+                    } else if bases.is_empty() {
+                        println!("no knowledge bases; add one with `ken kb add PATH`");
+                    }
+                    for base in bases.iter().filter(|_| !json) {
+                        println!("{}\t{}\t(added {})", base.name, base.path, base.added_at);
+                    }
+                }
+                KbCommand::Remove { name } => {
+                    let base = kb::remove(&index_dir, &name)?;
+                    println!("removed knowledge base `{}` ({})", base.name, base.path);
+                }
+            }
+            Ok(0)
+        }
+        Command::Schemas { out } => {
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            for (name, text) in crate::mcp::schema_files() {
+                std::fs::write(out.join(&name), text)?;
+                println!("{}", out.join(&name).display());
             }
             Ok(0)
         }
@@ -587,18 +671,23 @@ fn print_index_report(r: &IndexReport) {
     }
 }
 
-fn print_hits(hits: &[SearchHit], query: &str) {
+fn print_hits(hits: &[BaseHit], query: &str) {
     let s = Style::stdout();
     let mut out = std::io::stdout().lock();
     if hits.is_empty() {
         let _ = writeln!(out, "no results for {query:?}");
         return;
     }
-    for hit in hits {
+    for (base, hit) in hits {
         let symbol = hit.symbol.as_deref().unwrap_or("");
+        let base = if base == kb::PROJECT {
+            String::new()
+        } else {
+            format!("[{base}] ")
+        };
         let _ = writeln!(
             out,
-            "{}:{}-{}  {} {}  {}",
+            "{base}{}:{}-{}  {} {}  {}",
             s.path(&hit.path),
             hit.start_line,
             hit.end_line,
@@ -611,4 +700,17 @@ fn print_hits(hits: &[SearchHit], query: &str) {
         }
         let _ = writeln!(out);
     }
+}
+
+/// Results as a JSON array: each hit's fields plus the base it comes from.
+fn print_json_hits(hits: &[BaseHit]) -> Result<()> {
+    #[derive(serde::Serialize)]
+    struct JsonHit<'a> {
+        base: &'a str,
+        #[serde(flatten)]
+        hit: &'a SearchHit,
+    }
+    let rows: Vec<JsonHit> = hits.iter().map(|(base, hit)| JsonHit { base, hit }).collect();
+    println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
 }

@@ -12,7 +12,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +19,7 @@ use crate::chunk::{self, chunk_source, ChunkLimits};
 use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
 use crate::git;
 use crate::lang;
+use crate::progress::{Phase, Reporter};
 use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, Store};
 
 /// Runs that change at least this many files load the lexical index in bulk.
@@ -32,7 +32,8 @@ pub struct IndexOptions {
     pub discover: DiscoverOptions,
     pub limits: ChunkLimits,
     pub lock_timeout: Duration,
-    pub progress: bool,
+    /// Progress bar, progress callback and cancellation.
+    pub reporter: Reporter,
     /// Commit after this many changed files (bounds the work an interruption loses).
     pub batch_files: usize,
 }
@@ -43,14 +44,14 @@ impl Default for IndexOptions {
             discover: DiscoverOptions::default(),
             limits: ChunkLimits::default(),
             lock_timeout: Duration::from_secs(120),
-            progress: false,
+            reporter: Reporter::default(),
             batch_files: 500,
         }
     }
 }
 
 /// What one `ken index` run did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IndexReport {
     pub root: String,
     pub branch: String,
@@ -103,7 +104,8 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
         .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
     anyhow::ensure!(root.is_dir(), "cannot index {}: not a directory", root.display());
     let head = git::head(&root);
-    if let Some(git_dir) = &head.git_dir {
+    // Keep an index inside the work tree out of `git status` (knowledge bases' indexes live elsewhere).
+    if let (Some(git_dir), true) = (&head.git_dir, index_dir.starts_with(&root) || index_dir.is_relative()) {
         git::exclude_index_dir(git_dir);
     }
     let branch = head.catalog_key();
@@ -155,7 +157,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     let bulk = changed.len() >= BULK_FILES;
     store.set_lexical_automerge(if bulk { 0 } else { DEFAULT_AUTOMERGE })?;
 
-    let progress = progress_bar(opts.progress, changed.len() as u64, "indexing", "files");
+    let mut progress = opts.reporter.phase("indexing", "files", changed.len() as u64);
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
     let limits = opts.limits;
     let writer_result = std::thread::scope(|scope| {
@@ -165,19 +167,23 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
                 &branch,
                 &catalog,
                 rx,
-                &progress,
+                &mut progress,
                 opts.batch_files,
                 run_start_ns,
             )
         });
         changed.into_par_iter().for_each_with(tx, |tx, cand| {
+            if opts.reporter.is_cancelled() {
+                return;
+            }
             let outcome = read_and_chunk(cand, &catalog, &known_versions, &limits);
             let _ = tx.send(outcome);
         });
         writer.join().expect("index writer thread panicked")
     });
     let written = writer_result?;
-    progress.finish_and_clear();
+    drop(progress);
+    opts.reporter.check_cancelled("indexing")?;
     report.parsed = written.parsed;
     report.reused = written.reused;
     report.unchanged += written.unchanged;
@@ -312,7 +318,7 @@ fn write_outcomes(
     branch: &str,
     catalog: &HashMap<String, CatalogEntry>,
     rx: mpsc::Receiver<Outcome>,
-    progress: &ProgressBar,
+    progress: &mut Phase,
     batch_files: usize,
     run_start_ns: i64,
 ) -> Result<Written> {
@@ -413,20 +419,4 @@ impl BranchTotals {
             )?,
         })
     }
-}
-
-/// A progress bar on stderr (hidden when disabled or empty): "`verb` [...] n/len `unit`".
-pub(crate) fn progress_bar(enabled: bool, len: u64, verb: &str, unit: &str) -> ProgressBar {
-    if !enabled || len == 0 {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{{spinner}} {verb} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{per_sec}}, {{eta}})"
-        ))
-        .expect("valid progress template")
-        .progress_chars("=> "),
-    );
-    bar
 }

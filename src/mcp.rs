@@ -5,18 +5,69 @@
 //! read-only SQLite connection and lazily loaded query embedder) are pooled.
 //! stdout carries only JSON-RPC; logs go to stderr.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, PromptMessage, Role};
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, PromptMessage, Role};
+use rmcp::service::RequestContext;
 use rmcp::{
-    prompt, prompt_handler, prompt_router, schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler,
-    ServiceExt,
+    prompt, prompt_handler, prompt_router, schemars, tool, tool_handler, tool_router, ErrorData, RoleServer,
+    ServerHandler, ServiceExt,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::search::{SearchHit, SearchMode, SearchRequest, Searcher};
+use crate::health::HealthReport;
+use crate::index::{IndexOptions, IndexReport};
+use crate::kb::{self, BaseHit, KnowledgeBase, PROJECT};
+use crate::metrics::{Metrics, MetricsReport};
+use crate::progress::Reporter;
+use crate::search::{SearchMode, SearchRequest, Searcher};
+use crate::semantic::EmbedReport;
+use crate::status::Status;
+
+/// Tool arguments whose errors name the argument at fault
+/// (`argument \`limit\`: invalid type: string "ten", expected usize`).
+#[derive(Debug)]
+pub struct Args<T>(pub T);
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Args<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        serde_path_to_error::deserialize(value).map(Args).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." {
+                D::Error::custom(inner)
+            } else {
+                D::Error::custom(format!("argument `{path}`: {inner}"))
+            }
+        })
+    }
+}
+
+impl<T: schemars::JsonSchema> schemars::JsonSchema for Args<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        T::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        T::inline_schema()
+    }
+}
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SearchArgs {
@@ -40,6 +91,9 @@ pub struct SearchArgs {
     /// Pack the best results into about this many tokens of code instead of a fixed count.
     #[serde(default)]
     pub token_budget: Option<usize>,
+    /// Only this base: `project`, or a knowledge base's name (default: all of them).
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -84,11 +138,58 @@ pub struct IndexArgs {
     /// Only count the files that would be indexed.
     #[serde(default)]
     pub estimate_only: Option<bool>,
+    /// Also wait for the embeddings (default: they are computed in the background
+    /// after the call returns; search is lexical-only for new code meanwhile).
+    #[serde(default)]
+    pub wait_for_embeddings: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct LogsArgs {
+    /// How many of the newest records (default 50, at most 2000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Minimum level: error, warn, info (default) or debug.
+    #[serde(default)]
+    pub level: Option<LogLevel>,
+    /// Only this part of ken: index, semantic, search, mcp, watch, kb...
+    #[serde(default)]
+    pub category: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct AddKnowledgeBaseArgs {
+    /// The folder to add (absolute, or relative to the project root).
+    pub path: String,
+    /// A short name for results and removal (default: the folder's name).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RemoveKnowledgeBaseArgs {
+    /// The knowledge base's name, as list_knowledge_bases shows it.
+    pub name: String,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Hit {
+    /// `project`, or the knowledge base the result comes from.
+    pub base: String,
+    /// Relative to the base's root.
     pub path: String,
+    /// The file's absolute path, for results from a knowledge base.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub absolute_path: Option<String>,
     pub start_line: u32,
     pub end_line: u32,
     pub kind: String,
@@ -106,20 +207,210 @@ pub struct Hit {
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct SearchOutput {
     pub results: Vec<Hit>,
-    /// Set when the search could not do everything asked (e.g. lexical only).
+    /// Set when the search could not do everything asked (e.g. lexical only,
+    /// an index run in progress).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct IndexOutcome {
+    /// True when only counted: `files` is what would be indexed, nothing was written.
+    pub estimate_only: bool,
+    #[serde(flatten)]
+    pub report: IndexReport,
+    /// Bytes of the files found (estimate_only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The embedding pass, when waited for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<EmbedReport>,
+    /// Where semantic search stands after this call.
+    pub embedding_status: String,
+    /// The knowledge bases refreshed with the project.
+    pub knowledge_bases: Vec<BaseIndexed>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BaseIndexed {
+    pub name: String,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<IndexReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ServerStatus {
+    #[serde(flatten)]
+    pub status: Status,
+    /// An index run of this server is under way: results may be partial.
+    pub index_run_in_progress: bool,
+    /// Embeddings are being computed in the background (coverage is growing).
+    pub embedding_in_background: bool,
+    pub knowledge_bases: Vec<BaseStatus>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BaseStatus {
+    #[serde(flatten)]
+    pub base: KnowledgeBase,
+    pub files: u64,
+    pub chunks: u64,
+    pub embedding_coverage: f64,
+    /// Why the numbers are missing (not indexed yet...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct LogsOutput {
+    /// Oldest first.
+    pub records: Vec<crate::logs::LogRecord>,
+    /// Where the full log is written.
+    pub log_file: String,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KnowledgeBasesOutput {
+    pub knowledge_bases: Vec<BaseStatus>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KnowledgeBaseAdded {
+    pub added: KnowledgeBase,
+    pub index: IndexReport,
+    /// Where semantic search of the new base stands.
+    pub embedding_status: String,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KnowledgeBaseRemoved {
+    pub removed: KnowledgeBase,
+}
+
+/// Idle searchers per base (`project` or a knowledge base's name).
+#[derive(Default)]
+struct SearcherPool {
+    idle: Mutex<HashMap<String, Vec<Searcher>>>,
+}
+
+impl SearcherPool {
+    fn take(&self, base: &str, root: &Path, index_dir: &Path) -> anyhow::Result<Searcher> {
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(base)
+            .and_then(Vec::pop);
+        match pooled {
+            Some(s) => Ok(s),
+            None => Searcher::open(root, index_dir),
+        }
+    }
+
+    fn give(&self, base: &str, searcher: Searcher) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(base.to_string())
+            .or_default()
+            .push(searcher);
+    }
+
+    /// Pooled searchers hold the old vector file and branch; start afresh.
+    fn clear(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+struct BackgroundEmbedding {
+    cancel: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// The server's long-running work: at most one index run, at most one
+/// background embedding pass.
+#[derive(Default)]
+struct Jobs {
+    index_run_since: Mutex<Option<Instant>>,
+    embedding: Mutex<Option<BackgroundEmbedding>>,
+}
+
+impl Jobs {
+    fn index_running(&self) -> bool {
+        self.index_run_since.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    fn embedding_running(&self) -> bool {
+        self.embedding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|b| !b.thread.is_finished())
+    }
+
+    /// Stops the background embedding (it keeps what it committed) and waits for it.
+    fn stop_embedding(&self) {
+        let running = self.embedding.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(job) = running {
+            job.cancel.store(true, Ordering::Relaxed);
+            let _ = job.thread.join();
+        }
+    }
+}
+
+/// Marks an index run as under way until dropped.
+struct IndexRunGuard(Arc<Jobs>);
+
+impl IndexRunGuard {
+    fn acquire(jobs: &Arc<Jobs>) -> Result<IndexRunGuard, String> {
+        let mut since = jobs.index_run_since.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(started) = *since {
+            return Err(format!(
+                "an index run is already under way (for {:.0} s); searches work meanwhile and index_status shows \
+                 its state",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        *since = Some(Instant::now());
+        Ok(IndexRunGuard(jobs.clone()))
+    }
+}
+
+impl Drop for IndexRunGuard {
+    fn drop(&mut self) {
+        *self.0.index_run_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
 }
 
 #[derive(Clone)]
 pub struct KenServer {
     root: PathBuf,
     index_dir: PathBuf,
-    searchers: Arc<Mutex<Vec<Searcher>>>,
+    pool: Arc<SearcherPool>,
+    metrics: Arc<Metrics>,
+    jobs: Arc<Jobs>,
 }
 
 fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// Runs blocking work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, ErrorData> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("the tool's task failed: {e}"), None))
+}
+
+/// A tool's data result, or its error as a tool error (never a dead server).
+fn data_result<T: Serialize>(outcome: anyhow::Result<T>) -> Result<CallToolResult, ErrorData> {
+    match outcome {
+        Ok(value) => json_result(&value),
+        Err(e) => Ok(tool_error(format!("{e:#}"))),
+    }
 }
 
 impl KenServer {
@@ -127,49 +418,157 @@ impl KenServer {
         KenServer {
             root,
             index_dir,
-            searchers: Arc::new(Mutex::new(Vec::new())),
+            pool: Arc::default(),
+            metrics: Arc::default(),
+            jobs: Arc::default(),
         }
     }
 
-    /// Runs `f` with a pooled searcher on the blocking pool.
-    async fn with_searcher<T: Send + 'static>(
+    /// Records a finished tool call in the metrics and the log.
+    fn finish(
         &self,
-        f: impl FnOnce(&Searcher) -> anyhow::Result<T> + Send + 'static,
-    ) -> Result<anyhow::Result<T>, ErrorData> {
-        let server = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let pooled = server.searchers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let searcher = match pooled {
-                Some(s) => s,
-                None => Searcher::open(&server.root, &server.index_dir)?,
+        tool: &str,
+        started: Instant,
+        result: Result<CallToolResult, ErrorData>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let ok = result.as_ref().is_ok_and(|r| r.is_error != Some(true));
+        let elapsed = started.elapsed();
+        self.metrics.tool_call(tool, elapsed, ok);
+        if ok {
+            tracing::info!("{tool}: answered in {:.1} ms", elapsed.as_secs_f64() * 1000.0);
+        } else {
+            let why = match &result {
+                Ok(r) => r
+                    .content
+                    .first()
+                    .and_then(|c| c.as_text())
+                    .map(|t| t.text.clone())
+                    .unwrap_or_default(),
+                Err(e) => e.message.to_string(),
             };
-            let result = f(&searcher);
-            server
-                .searchers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(searcher);
-            result
+            tracing::warn!("{tool}: failed in {:.1} ms: {why}", elapsed.as_secs_f64() * 1000.0);
+        }
+        result
+    }
+
+    fn knowledge_bases(&self) -> Vec<KnowledgeBase> {
+        kb::list(&self.index_dir).unwrap_or_else(|e| {
+            tracing::warn!("knowledge bases: {e:#}");
+            Vec::new()
         })
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("the search task failed: {e}"), None))
+    }
+
+    /// A notice for results while the index is being built or embedded.
+    fn jobs_notice(&self) -> Option<String> {
+        if self.jobs.index_running() {
+            Some("an index run is under way: results may be partial".to_string())
+        } else if self.jobs.embedding_running() {
+            Some("embeddings are being computed: semantic results cover part of the code for now".to_string())
+        } else {
+            None
+        }
+    }
+
+    /// Computes the missing embeddings of the project and the knowledge bases
+    /// on a thread of its own; searches meanwhile are lexical for new code.
+    fn start_background_embedding(&self) {
+        self.jobs.stop_embedding();
+        let mut targets = vec![(PROJECT.to_string(), self.root.clone(), self.index_dir.clone())];
+        for base in self.knowledge_bases() {
+            let dir = base.index_dir(&self.index_dir);
+            targets.push((base.name, PathBuf::from(base.path), dir));
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        let reporter = Reporter::default().with_cancel(cancel.clone());
+        let (metrics, pool) = (self.metrics.clone(), self.pool.clone());
+        let thread = std::thread::spawn(move || {
+            for (name, root, dir) in targets {
+                if reporter.is_cancelled() {
+                    break;
+                }
+                match crate::semantic::embed_root(&root, &dir, &reporter) {
+                    Ok(r) => {
+                        metrics.embedded(r.embedded, r.reused, r.from_shared_cache);
+                        tracing::info!(
+                            "embedding {name}: {} new, {} re-used in {:.1} s",
+                            r.embedded,
+                            r.reused,
+                            r.seconds
+                        );
+                    }
+                    Err(e) => tracing::warn!("embedding {name}: {e:#}"),
+                }
+                pool.clear();
+            }
+        });
+        *self.jobs.embedding.lock().unwrap_or_else(|e| e.into_inner()) = Some(BackgroundEmbedding { cancel, thread });
     }
 }
 
-fn to_hits(hits: Vec<SearchHit>, with_code: bool, token_budget: Option<usize>) -> Vec<Hit> {
+/// A reporter for a tool call: its cancellation follows the client's
+/// `notifications/cancelled`, and its progress becomes
+/// `notifications/progress` when the client sent a progress token.
+fn call_reporter(ctx: &RequestContext<RoleServer>) -> (Reporter, tokio::task::JoinHandle<()>) {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut reporter = Reporter::default().with_cancel(cancel.clone());
+    let ct = ctx.ct.clone();
+    let watcher = tokio::spawn(async move {
+        ct.cancelled().await;
+        tracing::info!("the client cancelled the call; stopping after the current batch");
+        cancel.store(true, Ordering::Relaxed);
+    });
+    if let Some(token) = ctx.meta.get_progress_token() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::progress::Update>();
+        reporter = reporter.with_sink(move |u| {
+            let _ = tx.send(u.clone());
+        });
+        let peer = ctx.peer.clone();
+        tokio::spawn(async move {
+            // Phases follow one another (indexing, then embedding, then the next
+            // base); progress keeps increasing across them.
+            let (mut base, mut last) = (0u64, None::<crate::progress::Update>);
+            let mut sent = None::<u64>;
+            while let Some(u) = rx.recv().await {
+                if let Some(prev) = &last {
+                    if prev.phase != u.phase || u.done < prev.done {
+                        base += prev.total;
+                    }
+                }
+                let progress = base + u.done;
+                if sent.is_none_or(|s| progress > s) {
+                    sent = Some(progress);
+                    let param = ProgressNotificationParam::new(token.clone(), progress as f64)
+                        .with_total((base + u.total) as f64)
+                        .with_message(format!("{} {}/{}", u.phase, u.done, u.total));
+                    let _ = peer.notify_progress(param).await;
+                }
+                last = Some(u);
+            }
+        });
+    }
+    (reporter, watcher)
+}
+
+fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget: Option<usize>) -> Vec<Hit> {
     let mut used = 0usize;
     let mut out = Vec::new();
-    for h in hits {
+    for (base, h) in hits {
         // About four characters per token.
         let cost = h.content.len() / 4 + 20;
-        if let Some(budget) = token_budget {
+        if let Some(budget) = budget {
             if !out.is_empty() && used + cost > budget {
                 break;
             }
         }
         used += cost;
+        let absolute_path = bases
+            .iter()
+            .find(|b| b.name == base)
+            .map(|b| b.root().join(&h.path).display().to_string());
         out.push(Hit {
+            base,
             path: h.path,
+            absolute_path,
             start_line: h.start_line,
             end_line: h.end_line,
             kind: h.kind,
@@ -183,114 +582,234 @@ fn to_hits(hits: Vec<SearchHit>, with_code: bool, token_budget: Option<usize>) -
     out
 }
 
+/// `path:line` targets must name a file inside the project: no absolute
+/// paths elsewhere, no `..`.
+fn confine_target(root: &Path, target: &str) -> Result<String, String> {
+    let Some((path, line)) = target.trim().rsplit_once(':') else {
+        return Ok(target.to_string());
+    };
+    if path.contains(char::is_whitespace) || line.trim().parse::<u32>().is_err() {
+        return Ok(target.to_string());
+    }
+    let relative = match Path::new(path).strip_prefix(root) {
+        Ok(rel) => rel.to_string_lossy().into_owned(),
+        Err(_) if Path::new(path).is_absolute() => {
+            return Err(format!(
+                "{path}: paths must stay inside the indexed project ({})",
+                root.display()
+            ))
+        }
+        Err(_) => path.to_string(),
+    };
+    if Path::new(&relative)
+        .components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(format!("{path}: paths must stay inside the indexed project (no `..`)"));
+    }
+    Ok(format!("{relative}:{}", line.trim()))
+}
+
 #[tool_router]
 impl KenServer {
     #[tool(
-        description = "Search the indexed codebase by meaning, keywords or identifier. Prefer this over grep to find \
-where something is implemented, how a feature works, or a symbol's definition. Returns ranked code chunks \
-(path, lines, kind, symbol, code).",
-        annotations(read_only_hint = true)
+        description = "Search the indexed codebase (and registered knowledge bases) by meaning, keywords or \
+identifier. Prefer this over grep to find where something is implemented, how a feature works, or a symbol's \
+definition: one call returns the ranked functions with their code. Returns path, lines, kind, symbol, code.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<SearchOutput>()
     )]
-    async fn codebase_search(&self, Parameters(args): Parameters<SearchArgs>) -> Result<CallToolResult, ErrorData> {
-        self.search_tool(args, true).await
+    async fn codebase_search(
+        &self,
+        Parameters(Args(args)): Parameters<Args<SearchArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.search_tool(args, true).await;
+        self.finish("codebase_search", started, result)
     }
 
     #[tool(
         description = "Like codebase_search but returns only locations and symbols (no code): cheap orientation \
-before reading files.",
-        annotations(read_only_hint = true)
+before reading files, e.g. to see which files handle a feature.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<SearchOutput>()
     )]
-    async fn codebase_peek(&self, Parameters(args): Parameters<SearchArgs>) -> Result<CallToolResult, ErrorData> {
-        self.search_tool(args, false).await
+    async fn codebase_peek(
+        &self,
+        Parameters(Args(args)): Parameters<Args<SearchArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.search_tool(args, false).await;
+        self.finish("codebase_peek", started, result)
     }
 
     #[tool(
-        description = "Find code similar in meaning to a snippet, or to the chunk at `path:line` (its own file is \
-left out unless include_source_file). Useful to find duplicates or other implementations of a pattern.",
-        annotations(read_only_hint = true)
+        description = "Find project code similar in meaning to a snippet, or to the chunk at `path:line` (its own \
+file is left out unless include_source_file). Use it to find duplicates or other implementations of a pattern, \
+which grep cannot.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<SearchOutput>()
     )]
-    async fn find_similar(&self, Parameters(args): Parameters<SimilarArgs>) -> Result<CallToolResult, ErrorData> {
-        let limit = args.limit.unwrap_or(10).clamp(1, 100);
-        let include = args.include_source_file.unwrap_or(false);
-        let target = args.target;
-        match self.with_searcher(move |s| s.similar(&target, limit, include)).await? {
-            Ok(hits) => json_result(&SearchOutput {
-                results: to_hits(hits, true, None),
-                notice: None,
-            }),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
-        }
+    async fn find_similar(
+        &self,
+        Parameters(Args(args)): Parameters<Args<SimilarArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.similar_tool(args).await;
+        self.finish("find_similar", started, result)
     }
 
     #[tool(
         description = "What the index holds and reflects: files, chunks, languages, embedding coverage and model, \
-branch, last indexed time, index size.",
-        annotations(read_only_hint = true)
+branch and HEAD, last indexed time, index size, runs under way, knowledge bases. Check it when results look \
+stale or incomplete.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<ServerStatus>()
     )]
-    async fn index_status(&self, Parameters(_): Parameters<NoArgs>) -> Result<CallToolResult, ErrorData> {
-        let (root, dir) = (self.root.clone(), self.index_dir.clone());
-        let status = tokio::task::spawn_blocking(move || crate::status::status(&root, &dir))
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        match status {
-            Ok(s) => json_result(&s),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
-        }
+    async fn index_status(&self, Parameters(Args(_)): Parameters<Args<NoArgs>>) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let server = self.clone();
+        let result = blocking(move || server.status()).await.and_then(data_result);
+        self.finish("index_status", started, result)
     }
 
     #[tool(
-        description = "Index or refresh the index of the codebase (only changed files are re-parsed; embeddings \
-are computed for new content). estimate_only counts the files without indexing. Searches keep working meanwhile."
+        description = "Index or refresh the index of the codebase and its knowledge bases (only changed files are \
+re-parsed). Sends progress notifications and stops when cancelled, keeping what it committed. Embeddings of new \
+code are computed in the background afterwards unless wait_for_embeddings. estimate_only counts the files without \
+indexing. Searches keep working meanwhile.",
+        output_schema = schema_for_output::<IndexOutcome>()
     )]
-    async fn index_codebase(&self, Parameters(args): Parameters<IndexArgs>) -> Result<CallToolResult, ErrorData> {
-        let (root, dir) = (self.root.clone(), self.index_dir.clone());
-        let searchers = self.searchers.clone();
-        let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<serde_json::Value> {
-            if args.estimate_only.unwrap_or(false) {
-                let found = crate::discover::discover(&root, &crate::discover::DiscoverOptions::default());
-                let bytes: u64 = found.files.iter().map(|f| f.size).sum();
-                return Ok(serde_json::json!({"files": found.files.len(), "bytes": bytes, "skipped": found.skipped}));
-            }
-            if args.force.unwrap_or(false) {
-                // Under the writer lock, and the WAL with the database: never a half-deleted index.
-                let store = crate::store::Store::open_for_write(&dir)?;
-                let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
-                drop(store.recreate()?);
-                drop(lock);
-            }
-            let report = crate::index::index(&root, &dir, &crate::index::IndexOptions::default())?;
-            let embedding = crate::semantic::embed_root(&root, &dir, false).map_err(|e| format!("{e:#}"));
-            // Pooled searchers hold the old vector file open; start afresh.
-            searchers.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            let mut value = serde_json::to_value(&report)?;
-            match embedding {
-                Ok(e) => value["embedding"] = serde_json::to_value(e)?,
-                Err(why) => value["embedding_error"] = serde_json::Value::String(why),
-            }
-            Ok(value)
-        })
-        .await
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        match outcome {
-            Ok(v) => json_result(&v),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
-        }
+    async fn index_codebase(
+        &self,
+        Parameters(Args(args)): Parameters<Args<IndexArgs>>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.index_tool(args, ctx).await;
+        self.finish("index_codebase", started, result)
     }
 
     #[tool(
         description = "Consistency checks of the index (orphaned chunks or vectors, dimension mismatch, vector \
-file out of step, files changed since indexing, missing vectors) with severities; repair fixes what it can."
+file out of step, files changed since indexing, missing vectors) with severities; repair fixes what it can.",
+        output_schema = schema_for_output::<HealthReport>()
     )]
-    async fn index_health_check(&self, Parameters(args): Parameters<HealthArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn index_health_check(
+        &self,
+        Parameters(Args(args)): Parameters<Args<HealthArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
         let (root, dir) = (self.root.clone(), self.index_dir.clone());
         let repair = args.repair.unwrap_or(false);
-        let report = tokio::task::spawn_blocking(move || crate::health::check(&root, &dir, repair))
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        match report {
-            Ok(r) => json_result(&r),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
+        if repair {
+            self.jobs.stop_embedding();
         }
+        let result = blocking(move || crate::health::check(&root, &dir, repair))
+            .await
+            .and_then(data_result);
+        self.finish("index_health_check", started, result)
+    }
+
+    #[tool(
+        description = "This server's counters and latency histograms: searches (p50/p95), tool calls and errors, \
+embeddings computed vs re-used from the content-hash cache, index runs and their durations.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<MetricsReport>()
+    )]
+    async fn index_metrics(&self, Parameters(Args(_)): Parameters<Args<NoArgs>>) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = json_result(&self.metrics.report());
+        self.finish("index_metrics", started, result)
+    }
+
+    #[tool(
+        description = "Recent log records of this server (indexing, embedding, searches, errors), newest last; \
+filter by level and category. Use it to find out why results are missing or an index run failed.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<LogsOutput>()
+    )]
+    async fn index_logs(
+        &self,
+        Parameters(Args(args)): Parameters<Args<LogsArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let level = match args.level.unwrap_or(LogLevel::Info) {
+            LogLevel::Error => tracing::Level::ERROR,
+            LogLevel::Warn => tracing::Level::WARN,
+            LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Debug => tracing::Level::DEBUG,
+        };
+        let limit = args.limit.unwrap_or(50).clamp(1, 2000);
+        let result = json_result(&LogsOutput {
+            records: crate::logs::recent(limit, level, args.category.as_deref()),
+            log_file: log_path(&self.index_dir).display().to_string(),
+        });
+        self.finish("index_logs", started, result)
+    }
+
+    #[tool(
+        description = "Add a folder (documentation, another repository) as a knowledge base: it is indexed now and \
+searched together with the project by codebase_search (results name their base). System and secret folders \
+(/, /etc, the home directory, ~/.ssh, ~/.aws...) are refused.",
+        output_schema = schema_for_output::<KnowledgeBaseAdded>()
+    )]
+    async fn add_knowledge_base(
+        &self,
+        Parameters(Args(args)): Parameters<Args<AddKnowledgeBaseArgs>>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.add_kb_tool(args, ctx).await;
+        self.finish("add_knowledge_base", started, result)
+    }
+
+    #[tool(
+        description = "The knowledge bases searched with the project: name, folder, files, chunks, embedding \
+coverage.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<KnowledgeBasesOutput>()
+    )]
+    async fn list_knowledge_bases(
+        &self,
+        Parameters(Args(_)): Parameters<Args<NoArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let server = self.clone();
+        let result = blocking(move || {
+            Ok(KnowledgeBasesOutput {
+                knowledge_bases: server.base_statuses(),
+            })
+        })
+        .await
+        .and_then(data_result);
+        self.finish("list_knowledge_bases", started, result)
+    }
+
+    #[tool(
+        description = "Remove a knowledge base by name: it is no longer searched and its index is deleted (the \
+folder itself is never touched).",
+        output_schema = schema_for_output::<KnowledgeBaseRemoved>()
+    )]
+    async fn remove_knowledge_base(
+        &self,
+        Parameters(Args(args)): Parameters<Args<RemoveKnowledgeBaseArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        // The background pass may be embedding this base.
+        let was_embedding = self.jobs.embedding_running();
+        self.jobs.stop_embedding();
+        let (dir, pool) = (self.index_dir.clone(), self.pool.clone());
+        let result = blocking(move || {
+            pool.clear();
+            kb::remove(&dir, &args.name).map(|removed| KnowledgeBaseRemoved { removed })
+        })
+        .await
+        .and_then(data_result);
+        if was_embedding {
+            self.start_background_embedding();
+        }
+        self.finish("remove_knowledge_base", started, result)
     }
 
     #[tool(
@@ -298,7 +817,10 @@ file out of step, files changed since indexing, missing vectors) with severities
 tool says so rather than guessing. Use codebase_search with the symbol name meanwhile.",
         annotations(read_only_hint = true)
     )]
-    async fn call_graph(&self, Parameters(_): Parameters<CallGraphArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn call_graph(
+        &self,
+        Parameters(Args(_)): Parameters<Args<CallGraphArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
         Ok(tool_error(
             "the call graph is not built yet in this version of ken: use codebase_search with the symbol's name \
 to find its definition and mentions",
@@ -312,6 +834,7 @@ impl KenServer {
             return Ok(tool_error("`query` is empty: say what to look for"));
         }
         let token_budget = args.token_budget;
+        let only = args.base.clone();
         let req = SearchRequest {
             query: args.query,
             limit: args.limit.unwrap_or(10).clamp(1, 100),
@@ -321,20 +844,285 @@ impl KenServer {
             max_per_file: 3,
             mode: args.mode.unwrap_or_default(),
         };
-        let outcome = self
-            .with_searcher(move |s| {
-                let hits = s.search(&req)?;
-                Ok((hits, s.notice()))
-            })
-            .await?;
+        let server = self.clone();
+        let started = Instant::now();
+        let outcome = blocking(move || server.search_bases(&req, only.as_deref())).await?;
+        let (hits, bases, mut notices) = match outcome {
+            Ok(found) => found,
+            Err(e) => return Ok(tool_error(format!("{e:#}"))),
+        };
+        let lexical_fallback = notices.iter().any(|n| n.contains("lexical"));
+        self.metrics.query(started.elapsed(), lexical_fallback);
+        notices.extend(self.jobs_notice());
+        json_result(&SearchOutput {
+            results: to_hits(hits, &bases, with_code, token_budget),
+            notice: (!notices.is_empty()).then(|| notices.join("; ")),
+        })
+    }
+
+    /// Searches the project and the knowledge bases with pooled searchers.
+    fn search_bases(
+        &self,
+        req: &SearchRequest,
+        only: Option<&str>,
+    ) -> anyhow::Result<(Vec<BaseHit>, Vec<KnowledgeBase>, Vec<String>)> {
+        let bases = self.knowledge_bases();
+        if let Some(name) = only {
+            anyhow::ensure!(
+                name == PROJECT || bases.iter().any(|b| b.name == name),
+                "no base named `{name}`: use `project` or one of list_knowledge_bases"
+            );
+        }
+        let project = self.pool.take(PROJECT, &self.root, &self.index_dir)?;
+        let mut opened = Vec::new();
+        let mut notices = Vec::new();
+        for base in bases.iter().filter(|b| only.is_none_or(|o| o == b.name)) {
+            match self
+                .pool
+                .take(&base.name, base.root(), &base.index_dir(&self.index_dir))
+            {
+                Ok(s) => opened.push((base.clone(), s)),
+                Err(e) => notices.push(format!("knowledge base `{}` is not searchable: {e:#}", base.name)),
+            }
+        }
+        let refs: Vec<(KnowledgeBase, &Searcher)> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
+        let outcome = kb::search_all(&project, &refs, req, only);
+        self.pool.give(PROJECT, project);
+        for (base, searcher) in opened {
+            self.pool.give(&base.name, searcher);
+        }
+        let (hits, more) = outcome?;
+        notices.extend(more);
+        Ok((hits, bases, notices))
+    }
+
+    async fn similar_tool(&self, args: SimilarArgs) -> Result<CallToolResult, ErrorData> {
+        let limit = args.limit.unwrap_or(10).clamp(1, 100);
+        let include = args.include_source_file.unwrap_or(false);
+        let target = match confine_target(&self.root, &args.target) {
+            Ok(t) => t,
+            Err(why) => return Ok(tool_error(why)),
+        };
+        let server = self.clone();
+        let started = Instant::now();
+        let outcome = blocking(move || {
+            let searcher = server.pool.take(PROJECT, &server.root, &server.index_dir)?;
+            let hits = searcher.similar(&target, limit, include);
+            server.pool.give(PROJECT, searcher);
+            hits
+        })
+        .await?;
+        self.metrics.query(started.elapsed(), false);
         match outcome {
-            Ok((hits, notice)) => json_result(&SearchOutput {
-                results: to_hits(hits, with_code, token_budget),
-                notice,
+            Ok(hits) => json_result(&SearchOutput {
+                results: to_hits(
+                    hits.into_iter().map(|h| (PROJECT.to_string(), h)).collect(),
+                    &[],
+                    true,
+                    None,
+                ),
+                notice: self.jobs_notice(),
             }),
             Err(e) => Ok(tool_error(format!("{e:#}"))),
         }
     }
+
+    fn status(&self) -> anyhow::Result<ServerStatus> {
+        Ok(ServerStatus {
+            status: crate::status::status(&self.root, &self.index_dir)?,
+            index_run_in_progress: self.jobs.index_running(),
+            embedding_in_background: self.jobs.embedding_running(),
+            knowledge_bases: self.base_statuses(),
+        })
+    }
+
+    fn base_statuses(&self) -> Vec<BaseStatus> {
+        self.knowledge_bases()
+            .into_iter()
+            .map(|base| {
+                let status = crate::status::status(base.root(), &base.index_dir(&self.index_dir));
+                match status {
+                    Ok(s) => BaseStatus {
+                        base,
+                        files: s.files,
+                        chunks: s.chunks,
+                        embedding_coverage: s.embedding_coverage,
+                        error: None,
+                    },
+                    Err(e) => BaseStatus {
+                        base,
+                        files: 0,
+                        chunks: 0,
+                        embedding_coverage: 0.0,
+                        error: Some(format!("{e:#}")),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    async fn index_tool(&self, args: IndexArgs, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+        if args.estimate_only.unwrap_or(false) {
+            let root = self.root.clone();
+            return blocking(move || {
+                let found = crate::discover::discover(&root, &crate::discover::DiscoverOptions::default());
+                Ok(IndexOutcome {
+                    estimate_only: true,
+                    report: IndexReport {
+                        root: root.display().to_string(),
+                        files: found.files.len() as u64,
+                        skipped: found.skipped,
+                        ..IndexReport::default()
+                    },
+                    bytes: Some(found.files.iter().map(|f| f.size).sum()),
+                    embedding: None,
+                    embedding_status: "not computed (estimate only)".to_string(),
+                    knowledge_bases: Vec::new(),
+                })
+            })
+            .await
+            .and_then(data_result);
+        }
+        let guard = match IndexRunGuard::acquire(&self.jobs) {
+            Ok(g) => g,
+            Err(why) => return Ok(tool_error(why)),
+        };
+        // The background pass holds the writer lock; it resumes afterwards.
+        self.jobs.stop_embedding();
+        let (reporter, watcher) = call_reporter(&ctx);
+        let server = self.clone();
+        let force = args.force.unwrap_or(false);
+        let wait = args.wait_for_embeddings.unwrap_or(false);
+        let started = Instant::now();
+        let outcome = blocking(move || {
+            let _guard = guard;
+            server.index_all(force, wait, &reporter)
+        })
+        .await?;
+        watcher.abort();
+        self.metrics.index_run(
+            started.elapsed(),
+            match &outcome {
+                Ok(o) => Ok(format!("{} files, {} parsed", o.report.files, o.report.parsed)),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        );
+        if !wait {
+            self.start_background_embedding();
+        }
+        data_result(outcome)
+    }
+
+    /// Indexes the project then each knowledge base (a base's failure is
+    /// reported, not fatal), then embeds if asked to wait for it.
+    fn index_all(&self, force: bool, wait: bool, reporter: &Reporter) -> anyhow::Result<IndexOutcome> {
+        if force {
+            // Under the writer lock, and the WAL with the database: never a half-deleted index.
+            let store = crate::store::Store::open_for_write(&self.index_dir)?;
+            let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+            drop(store.recreate()?);
+            drop(lock);
+        }
+        let opts = IndexOptions {
+            reporter: reporter.clone(),
+            ..IndexOptions::default()
+        };
+        let report = crate::index::index(&self.root, &self.index_dir, &opts)?;
+        self.pool.clear();
+        let mut knowledge_bases = Vec::new();
+        for base in self.knowledge_bases() {
+            reporter.check_cancelled("indexing")?;
+            let indexed = crate::index::index(base.root(), &base.index_dir(&self.index_dir), &opts);
+            knowledge_bases.push(BaseIndexed {
+                name: base.name.clone(),
+                path: base.path.clone(),
+                error: indexed.as_ref().err().map(|e| format!("{e:#}")),
+                report: indexed.ok(),
+            });
+        }
+        self.pool.clear();
+        let (embedding, embedding_status) = if wait {
+            match crate::semantic::embed_root(&self.root, &self.index_dir, reporter) {
+                Ok(e) => {
+                    self.metrics.embedded(e.embedded, e.reused, e.from_shared_cache);
+                    self.pool.clear();
+                    (Some(e), "up to date".to_string())
+                }
+                Err(e) => (
+                    None,
+                    format!("semantic search unavailable, lexical search works: {e:#}"),
+                ),
+            }
+        } else {
+            (
+                None,
+                "embeddings of new code are computed in the background; index_status shows the coverage".to_string(),
+            )
+        };
+        Ok(IndexOutcome {
+            estimate_only: false,
+            report,
+            bytes: None,
+            embedding,
+            embedding_status,
+            knowledge_bases,
+        })
+    }
+
+    async fn add_kb_tool(
+        &self,
+        args: AddKnowledgeBaseArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let guard = match IndexRunGuard::acquire(&self.jobs) {
+            Ok(g) => g,
+            Err(why) => return Ok(tool_error(why)),
+        };
+        let (reporter, watcher) = call_reporter(&ctx);
+        let folder = self.root.join(&args.path);
+        let (root, dir) = (self.root.clone(), self.index_dir.clone());
+        let started = Instant::now();
+        let outcome = blocking(move || -> anyhow::Result<KnowledgeBaseAdded> {
+            let _guard = guard;
+            let base = kb::add(&root, &dir, &folder, args.name.as_deref())?;
+            let opts = IndexOptions {
+                reporter,
+                ..IndexOptions::default()
+            };
+            match crate::index::index(base.root(), &base.index_dir(&dir), &opts) {
+                Ok(index) => Ok(KnowledgeBaseAdded {
+                    added: base,
+                    index,
+                    embedding_status: "embeddings are computed in the background; list_knowledge_bases shows the \
+                                       coverage"
+                        .to_string(),
+                }),
+                Err(e) => {
+                    // Not indexed, not registered: the call can simply be repeated.
+                    let _ = kb::remove(&dir, &base.name);
+                    Err(e)
+                }
+            }
+        })
+        .await?;
+        watcher.abort();
+        self.metrics.index_run(
+            started.elapsed(),
+            match &outcome {
+                Ok(a) => Ok(format!("knowledge base {}: {} files", a.added.name, a.index.files)),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        );
+        if outcome.is_ok() {
+            self.start_background_embedding();
+        }
+        data_result(outcome)
+    }
+}
+
+/// The server's log file, beside the index.
+pub fn log_path(index_dir: &Path) -> PathBuf {
+    index_dir.join("ken.log")
 }
 
 /// A structured result with a JSON text copy for clients that read text only.
@@ -369,7 +1157,7 @@ impl KenServer {
     #[prompt(name = "search", description = "Search the codebase with ken")]
     async fn search_prompt(
         &self,
-        Parameters(args): Parameters<QueryPromptArgs>,
+        Parameters(Args(args)): Parameters<Args<QueryPromptArgs>>,
     ) -> Result<Vec<PromptMessage>, ErrorData> {
         user_prompt(format!(
             "Use the codebase_search tool of the ken MCP server to find: {}\nList the best results as \
@@ -381,7 +1169,7 @@ impl KenServer {
     #[prompt(name = "find", description = "Find the definition of a symbol with ken")]
     async fn find_prompt(
         &self,
-        Parameters(args): Parameters<SymbolPromptArgs>,
+        Parameters(Args(args)): Parameters<Args<SymbolPromptArgs>>,
     ) -> Result<Vec<PromptMessage>, ErrorData> {
         user_prompt(format!(
             "Use the codebase_search tool of the ken MCP server with the query `{}` to find its definition; \
@@ -393,7 +1181,7 @@ impl KenServer {
     #[prompt(name = "call-graph", description = "Who calls a symbol, and what it calls")]
     async fn call_graph_prompt(
         &self,
-        Parameters(args): Parameters<SymbolPromptArgs>,
+        Parameters(Args(args)): Parameters<Args<SymbolPromptArgs>>,
     ) -> Result<Vec<PromptMessage>, ErrorData> {
         user_prompt(format!(
             "Use the call_graph tool of the ken MCP server for `{}` (callers, then callees). If the graph is not \
@@ -426,19 +1214,29 @@ impl KenServer {
 #[tool_handler(
     router = Self::tool_router(),
     name = "ken",
-    instructions = "ken indexes this codebase (tree-sitter chunks, BM25 and embeddings) and answers \
-code questions in milliseconds. Use codebase_search instead of grep when you look for where something is \
-implemented or how it works, or for a symbol's definition: it understands identifiers (parse_config finds \
-the definition first) and plain-language questions (\"where is the JWT expiry checked?\"). Use codebase_peek \
-for cheap orientation (locations only), find_similar for code like a snippet or a path:line, index_status to \
-see what the index reflects."
+    instructions = "ken indexes this codebase (tree-sitter chunks, BM25 and embeddings, kept on disk) and answers \
+code questions in milliseconds. Use codebase_search instead of grep or reading many files when you look for where \
+something is implemented or how it works, or for a symbol's definition: it understands identifiers (parse_config \
+finds the definition first) and plain-language questions (\"where is the JWT expiry checked?\"), and returns the \
+functions with their code. Use codebase_peek for cheap orientation (locations only), find_similar for code like a \
+snippet or a path:line, call_graph for callers and callees, index_status to see what the index reflects, and \
+index_codebase after large changes. add_knowledge_base makes documentation or another repository searchable too."
 )]
 impl ServerHandler for KenServer {}
 
 /// Serves MCP on stdin/stdout until the client closes stdin.
 pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
+    let log = log_path(&index_dir);
+    if let Err(e) = crate::logs::write_to_file(&log) {
+        tracing::warn!("cannot write the log file {}: {e}", log.display());
+    }
+    tracing::info!(
+        "serving {} over MCP stdio (index {})",
+        root.display(),
+        index_dir.display()
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let service = KenServer::new(root, index_dir)
             .serve(rmcp::transport::stdio())
             .await
@@ -448,5 +1246,32 @@ pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("MCP server: {e}"))?;
         Ok(())
-    })
+    });
+    tracing::info!("the client closed the connection; stopping");
+    // Work still running (an index run, embeddings) commits in batches: stopping it loses nothing.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    served
+}
+
+/// Every tool's definition as served (name, description, schemas, annotations).
+pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
+    let mut tools = KenServer::tool_router().list_all();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools
+}
+
+/// The JSON Schema files of the tools' inputs and outputs: (file name, text).
+/// `schemas/` holds them; tests/schemas.rs fails when it is out of date.
+pub fn schema_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for tool in tool_definitions() {
+        let pretty = |schema: &serde_json::Map<String, serde_json::Value>| {
+            serde_json::to_string_pretty(schema).unwrap_or_default() + "\n"
+        };
+        files.push((format!("{}.input.json", tool.name), pretty(&tool.input_schema)));
+        if let Some(output) = &tool.output_schema {
+            files.push((format!("{}.output.json", tool.name), pretty(output)));
+        }
+    }
+    files
 }

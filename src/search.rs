@@ -59,7 +59,7 @@ impl SearchRequest {
 }
 
 /// One ranked result.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct SearchHit {
     /// Path relative to the indexed root, `/`-separated.
     pub path: String,

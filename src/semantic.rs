@@ -13,6 +13,7 @@ use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, InputKind, LocalBert};
+use crate::progress::Reporter;
 use crate::provider::{HttpEmbedder, ProviderConfig};
 use crate::store::{self, Store};
 use crate::vectors::{self, Quantization, VectorIndex};
@@ -21,7 +22,7 @@ use crate::vectors::{self, Quantization, VectorIndex};
 /// token budget; this only bounds tokenizer work on long chunks).
 const MAX_CHARS: usize = 4000;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EmbedReport {
     pub model: String,
     /// Distinct chunk contents of the branch.
@@ -55,7 +56,12 @@ pub fn embedding_text(context: Option<&str>, text: &str) -> String {
 
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
 /// brings the vector index file up to date.
-pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, progress: bool) -> Result<EmbedReport> {
+pub fn embed_missing(
+    store: &mut Store,
+    branch: &str,
+    embedder: &dyn Embedder,
+    reporter: &Reporter,
+) -> Result<EmbedReport> {
     let started = Instant::now();
     let model = embedder.id().to_string();
     let contents = store::count(
@@ -79,12 +85,15 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         rows.collect::<rusqlite::Result<_>>()?
     };
     todo.sort_by_key(|(_, text)| text.len());
-    let bar = crate::index::progress_bar(progress, todo.len() as u64, "embedding", "chunks");
+    let mut progress = reporter.phase("embedding", "chunks", todo.len() as u64);
     let mut embedded = 0u64;
     let mut last_publish = Instant::now();
     let shared = SharedCache::open();
     let mut from_cache = 0u64;
     for batch in todo.chunks(embedder.preferred_batch().max(1)) {
+        if reporter.is_cancelled() {
+            break;
+        }
         let (vectors, cached) = embed_batch(embedder, shared.as_ref(), batch)?;
         from_cache += cached;
         let tx = store.conn.transaction()?;
@@ -99,15 +108,16 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         }
         tx.commit()?;
         embedded += batch.len() as u64 - cached;
-        bar.inc(batch.len() as u64);
+        progress.inc(batch.len() as u64);
         // Publish what is done now and then, so searches meanwhile use it.
         if last_publish.elapsed() >= PUBLISH_EVERY {
             publish(store, embedder)?;
             last_publish = Instant::now();
         }
     }
-    bar.finish_and_clear();
+    drop(progress);
     let in_index = publish(store, embedder)?;
+    reporter.check_cancelled("embedding")?;
     Ok(EmbedReport {
         model,
         contents,
@@ -264,7 +274,7 @@ pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn
 const LOCAL_PROVIDER: &str = "local";
 
 /// `ken index`'s second phase for `root`: embeds what the current branch lacks.
-pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, progress: bool) -> Result<EmbedReport> {
+pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter: &Reporter) -> Result<EmbedReport> {
     let (embedder, provider) = configured_embedder()?;
     let mut store = Store::open_for_write(index_dir)?;
     let _lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
@@ -278,5 +288,5 @@ pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, progress:
         }
     }
     store.set_meta("embedding_provider", &provider)?;
-    embed_missing(&mut store, &branch, embedder.as_ref(), progress)
+    embed_missing(&mut store, &branch, embedder.as_ref(), reporter)
 }

@@ -13,7 +13,7 @@ use crate::git;
 use crate::index::{BranchTotals, IndexReport};
 use crate::store::{self, Store, SCHEMA_VERSION};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Status {
     pub root: String,
     pub index_dir: String,

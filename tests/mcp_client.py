@@ -4,7 +4,11 @@ Usage: python3 mcp_client.py KEN_BINARY REPO_ROOT
 Exits non-zero (with a message) on the first failed expectation."""
 import asyncio
 import json
+import os
 import sys
+import tempfile
+
+import jsonschema
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -12,13 +16,31 @@ from mcp.shared.exceptions import MCPError
 
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
-EXPECTED_TOOLS = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_codebase", "index_status", "index_health_check"}
-READ_ONLY = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_status"}
+EXPECTED_TOOLS = {
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "index_codebase", "index_status",
+    "index_health_check", "index_metrics", "index_logs", "add_knowledge_base", "list_knowledge_bases",
+    "remove_knowledge_base",
+}
+READ_ONLY = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_status", "index_metrics", "index_logs", "list_knowledge_bases"}
+DATA_TOOLS = EXPECTED_TOOLS - {"call_graph"}
 
 
 def check(condition, message):
     if not condition:
         raise SystemExit(f"FAILED: {message}")
+
+
+async def expect_error(session, name, args, needle=""):
+    """A tool error or a JSON-RPC error (e.g. -32602) mentioning `needle`."""
+    try:
+        result = await session.call_tool(name, args)
+    except MCPError as e:
+        check(needle.lower() in str(e).lower(), f"{name} {args}: {e}")
+        return str(e)
+    check(result.is_error, f"{name} {args} should fail: {result}")
+    text = result.content[0].text
+    check(needle.lower() in text.lower(), f"{name} {args}: {text}")
+    return text
 
 
 def structured(result):
@@ -47,7 +69,12 @@ async def main():
             check(EXPECTED_TOOLS <= set(tools), f"tools: {sorted(tools)}")
             for name, tool in tools.items():
                 check(tool.input_schema.get("type") == "object", f"{name} input schema: {tool.input_schema}")
+                jsonschema.Draft202012Validator.check_schema(tool.input_schema)
                 check(len(tool.description or "") > 40, f"{name} has a real description")
+            for name in DATA_TOOLS:
+                schema = tools[name].output_schema
+                check(schema and schema.get("type") == "object", f"{name} declares an output schema")
+                jsonschema.Draft202012Validator.check_schema(schema)
             for name in READ_ONLY:
                 check(tools[name].annotations and tools[name].annotations.read_only_hint, f"{name} is read-only")
 
@@ -67,29 +94,36 @@ async def main():
             check(len(out["results"]) >= 1, "a budget still returns the best result")
 
             # Bad arguments: an error, never a dead server.
+            # Bad arguments: an error naming the argument, never a dead server.
             bad_calls = [
-                ("codebase_search", {}),
-                ("codebase_search", {"query": 42}),
-                ("codebase_search", {"query": "x", "limit": "ten"}),
-                ("codebase_search", {"query": "x", "mode": "telepathic"}),
-                ("codebase_search", {"query": "   "}),
-                ("codebase_search", {"query": "x", "path": "src/["}),
-                ("no_such_tool", {"query": "x"}),
+                ("codebase_search", {}, "query"),
+                ("codebase_search", {"query": 42}, "string"),
+                ("codebase_search", {"query": "x", "limit": "ten"}, "limit"),
+                ("codebase_search", {"query": "x", "mode": "telepathic"}, "telepathic"),
+                ("codebase_search", {"query": "   "}, "query"),
+                ("codebase_search", {"query": "x", "path": "src/["}, "src/["),
+                ("find_similar", {}, "target"),
+                ("index_codebase", {"force": "yes"}, "force"),
+                ("index_health_check", {"repair": 3}, "repair"),
+                ("add_knowledge_base", {}, "path"),
+                ("remove_knowledge_base", {"name": 7}, ""),
+                ("no_such_tool", {"query": "x"}, "not found"),
             ]
-            for name, args in bad_calls:
-                try:
-                    result = await session.call_tool(name, args)
-                    check(result.is_error, f"{name} {args} should fail: {result}")
-                except MCPError:
-                    pass
+            for name, args, needle in bad_calls:
+                await expect_error(session, name, args, needle)
 
             # call_graph says plainly that there is no graph.
             result = await session.call_tool("call_graph", {"symbol": "render_template"})
             check(result.is_error and "not built" in result.content[0].text, f"call_graph: {result}")
 
             # Paths never leave the root.
-            out = structured(await session.call_tool("find_similar", {"target": "../../../etc/passwd:1", "limit": 5}))
+            for target in ["../../../etc/passwd:1", "/etc/passwd:1", "src/../../x.rs:3"]:
+                result = await session.call_tool("find_similar", {"target": target, "limit": 5})
+                check(result.is_error and "inside" in result.content[0].text, f"find_similar {target}: {result}")
+            out = structured(await session.call_tool("find_similar", {"target": "src/lib.rs:2", "limit": 5}))
             check(all(not r["path"].startswith("/") and ".." not in r["path"].split("/") for r in out["results"]), f"{out}")
+            out = structured(await session.call_tool("codebase_search", {"query": "config", "path": "../**"}))
+            check(out["results"] == [], f"a path glob cannot reach outside the root: {out}")
 
             # 32 concurrent searches.
             queries = [f"config {i}" if i % 2 else "render_template" for i in range(32)]
@@ -98,6 +132,21 @@ async def main():
 
             status = structured(await session.call_tool("index_status", {}))
             check(status["files"] >= 5 and status["chunks"] > 0, f"status {status}")
+            check(status["index_run_in_progress"] is False and status["knowledge_bases"] == [], f"status {status}")
+
+            metrics = structured(await session.call_tool("index_metrics", {}))
+            check(metrics["queries"]["count"] >= 34, f"every search is counted: {metrics['queries']}")
+            search = metrics["tools"]["codebase_search"]
+            check(search["errors"] >= 2 and search["latency"]["p95_ms"] >= search["latency"]["p50_ms"] > 0, f"{search}")
+            check(sum(b["count"] for b in search["latency"]["histogram"]) == search["latency"]["count"], f"{search}")
+
+            logs = structured(await session.call_tool("index_logs", {"limit": 500}))
+            check(any("codebase_search: answered" in r["message"] for r in logs["records"]), f"logs {logs['records'][-5:]}")
+            check(logs["log_file"].endswith("ken.log") and os.path.exists(logs["log_file"]), f"{logs['log_file']}")
+            warnings = structured(await session.call_tool("index_logs", {"level": "warn", "category": "mcp"}))
+            check(warnings["records"] and all(r["level"] in ("warn", "error") and r["category"] == "mcp" for r in warnings["records"]), f"{warnings}")
+            await expect_error(session, "index_logs", {"level": "loud"}, "level")
+            await expect_error(session, "index_logs", {"limit": -1}, "limit")
 
             health = structured(await session.call_tool("index_health_check", {}))
             check(health["healthy"] is True and "findings" in health, f"health {health}")
@@ -106,8 +155,48 @@ async def main():
             check(estimate["files"] >= 5, f"estimate {estimate}")
             report = structured(await session.call_tool("index_codebase", {}))
             check(report["files"] >= 5 and report["parsed"] == 0, f"re-index {report}")
-            forced = structured(await session.call_tool("index_codebase", {"force": True}))
+            progress = []
+
+            async def on_progress(value, total, message):
+                progress.append((value, total, message))
+
+            forced = structured(await session.call_tool("index_codebase", {"force": True, "wait_for_embeddings": True}, progress_callback=on_progress))
             check(forced["parsed"] == forced["files"], f"forced re-index parses everything: {forced}")
+            check(forced["embedding"]["contents"] > 0 and forced["embedding_status"] == "up to date", f"{forced}")
+            values = [v for v, _, _ in progress]
+            check(len(values) >= 2 and values == sorted(set(values)), f"progress increases: {progress}")
+            check(any("indexing" in (m or "") for _, _, m in progress) and any("embedding" in (m or "") for _, _, m in progress), f"{progress}")
+            out = structured(await session.call_tool("codebase_search", {"query": "check whether a token has expired", "mode": "semantic", "limit": 3}))
+            check(out["results"] and "notice" not in out, f"semantic search after the forced re-index: {out}")
+
+            # Knowledge bases: refused locations, then a docs folder searched with the project.
+            for path in ["/", "/etc", os.path.expanduser("~"), os.path.expanduser("~/.ssh"), os.path.expanduser("~/.aws"), "/no/such/folder"]:
+                result = await session.call_tool("add_knowledge_base", {"path": path})
+                check(result.is_error, f"add_knowledge_base {path} must be refused: {result}")
+            with tempfile.TemporaryDirectory() as docs:
+                with open(os.path.join(docs, "guide.md"), "w") as f:
+                    f.write("# Deployment guide\n\nRotate the signing keys of the frobnicator every quarter.\n")
+                added = structured(await session.call_tool("add_knowledge_base", {"path": docs, "name": "docs"}))
+                check(added["added"]["name"] == "docs" and added["index"]["files"] == 1, f"{added}")
+                again = await session.call_tool("add_knowledge_base", {"path": docs, "name": "docs"})
+                check(again.is_error and "exists" in again.content[0].text, f"{again}")
+                listed = structured(await session.call_tool("list_knowledge_bases", {}))
+                check([b["name"] for b in listed["knowledge_bases"]] == ["docs"] and listed["knowledge_bases"][0]["files"] == 1, f"{listed}")
+                out = structured(await session.call_tool("codebase_search", {"query": "frobnicator signing keys", "mode": "lexical"}))
+                top = out["results"][0]
+                check(top["base"] == "docs" and top["path"] == "guide.md" and top["absolute_path"].startswith(os.path.realpath(docs)), f"{top}")
+                out = structured(await session.call_tool("codebase_search", {"query": "frobnicator", "base": "project", "mode": "lexical"}))
+                check(all(r["base"] == "project" for r in out["results"]), f"base filter {out}")
+                result = await session.call_tool("codebase_search", {"query": "x", "base": "nope"})
+                check(result.is_error, f"unknown base {result}")
+                status = structured(await session.call_tool("index_status", {}))
+                check(status["knowledge_bases"][0]["name"] == "docs", f"{status}")
+                removed = structured(await session.call_tool("remove_knowledge_base", {"name": "docs"}))
+                check(removed["removed"]["name"] == "docs" and os.path.exists(os.path.join(docs, "guide.md")), f"{removed}")
+                result = await session.call_tool("remove_knowledge_base", {"name": "docs"})
+                check(result.is_error, f"removing twice {result}")
+                out = structured(await session.call_tool("codebase_search", {"query": "frobnicator signing keys", "mode": "lexical"}))
+                check(all(r["base"] == "project" for r in out["results"]), f"removed base not searched {out}")
             out = structured(await session.call_tool("codebase_search", {"query": "render_template", "limit": 1}))
             check(out["results"][0]["symbol"] == "render_template", f"search after a forced re-index: {out}")
     print("mcp client: all checks passed")

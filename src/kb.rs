@@ -1,0 +1,333 @@
+//! Knowledge bases: extra folders (docs, another repository) indexed beside
+//! the project and searched with it.
+//!
+//! The registry is `knowledge_bases.json` in the project's index folder; each
+//! base has its own index under `kb/<name>/` there, so nothing is written
+//! into the base's folder. System and secret locations are refused.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::search::{SearchHit, SearchRequest, Searcher};
+
+/// A result with the name of the base it comes from.
+pub type BaseHit = (String, SearchHit);
+
+/// The name results of the project itself carry.
+pub const PROJECT: &str = "project";
+const REGISTRY: &str = "knowledge_bases.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KnowledgeBase {
+    pub name: String,
+    /// Absolute, canonical folder.
+    pub path: String,
+    pub added_at: String,
+}
+
+impl KnowledgeBase {
+    pub fn root(&self) -> &Path {
+        Path::new(&self.path)
+    }
+
+    /// Where this base's own index lives, inside the project's index folder.
+    pub fn index_dir(&self, project_index_dir: &Path) -> PathBuf {
+        project_index_dir.join("kb").join(&self.name)
+    }
+}
+
+pub fn list(project_index_dir: &Path) -> Result<Vec<KnowledgeBase>> {
+    let path = project_index_dir.join(REGISTRY);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).with_context(|| format!("{} is not a valid registry", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn save(project_index_dir: &Path, bases: &[KnowledgeBase]) -> Result<()> {
+    std::fs::create_dir_all(project_index_dir)?;
+    let path = project_index_dir.join(REGISTRY);
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(bases)?)?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Registers `folder` under `name` (default: the folder's name). Does not index it.
+pub fn add(project_root: &Path, project_index_dir: &Path, folder: &Path, name: Option<&str>) -> Result<KnowledgeBase> {
+    let folder = allowed_folder(folder)?;
+    let project_root = project_root
+        .canonicalize()
+        .unwrap_or_else(|_| project_root.to_path_buf());
+    if folder.starts_with(&project_root) {
+        bail!(
+            "{} is inside the project ({}), which is indexed already",
+            folder.display(),
+            project_root.display()
+        );
+    }
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => default_name(&folder),
+    };
+    check_name(&name)?;
+    let mut bases = list(project_index_dir)?;
+    if let Some(existing) = bases.iter().find(|b| b.name == name) {
+        bail!(
+            "a knowledge base named `{name}` exists already ({}); remove it first or choose another name",
+            existing.path
+        );
+    }
+    if let Some(existing) = bases.iter().find(|b| b.root() == folder) {
+        bail!("{} is already the knowledge base `{}`", folder.display(), existing.name);
+    }
+    let base = KnowledgeBase {
+        name,
+        path: folder.display().to_string(),
+        added_at: crate::store::now_rfc3339(),
+    };
+    bases.push(base.clone());
+    save(project_index_dir, &bases)?;
+    Ok(base)
+}
+
+/// Unregisters `name` and deletes its index (never the folder itself).
+pub fn remove(project_index_dir: &Path, name: &str) -> Result<KnowledgeBase> {
+    let mut bases = list(project_index_dir)?;
+    let Some(at) = bases.iter().position(|b| b.name == name) else {
+        let names: Vec<&str> = bases.iter().map(|b| b.name.as_str()).collect();
+        bail!("no knowledge base named `{name}` (there are: {})", names.join(", "));
+    };
+    let base = bases.remove(at);
+    save(project_index_dir, &bases)?;
+    let dir = base.index_dir(project_index_dir);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))?;
+    }
+    Ok(base)
+}
+
+fn default_name(folder: &Path) -> String {
+    let raw = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cleaned: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.trim_matches('-').is_empty() {
+        "kb".to_string()
+    } else {
+        cleaned
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && name != PROJECT;
+    if !ok {
+        bail!("`{name}` is not a usable knowledge base name: use 1-64 letters, digits, `-` or `_` (and not `project`)");
+    }
+    Ok(())
+}
+
+/// Canonical `folder` if it may be indexed: an existing directory that is
+/// not the filesystem root, the home directory or one of its ancestors, a
+/// system folder or a folder of secrets.
+pub fn allowed_folder(folder: &Path) -> Result<PathBuf> {
+    let canonical = folder
+        .canonicalize()
+        .with_context(|| format!("{}: no such folder", folder.display()))?;
+    if !canonical.is_dir() {
+        bail!("{} is not a folder", canonical.display());
+    }
+    let refuse = |why: &str| -> Result<PathBuf> {
+        bail!(
+            "refusing to index {}: {why}. Choose the project or documentation folder itself",
+            canonical.display()
+        )
+    };
+    if canonical.parent().is_none() {
+        return refuse("it is the filesystem root");
+    }
+    const SYSTEM: [&str; 8] = [
+        "/etc",
+        "/proc",
+        "/sys",
+        "/dev",
+        "/boot",
+        "/run",
+        "/var/lib",
+        "/private/etc",
+    ];
+    if SYSTEM.iter().any(|s| canonical.starts_with(s)) {
+        return refuse("it is a system folder");
+    }
+    if let Some(home) = dirs::home_dir().and_then(|h| h.canonicalize().ok()) {
+        if home.starts_with(&canonical) {
+            return refuse("it is the home directory or contains it");
+        }
+        const SECRETS: [&str; 9] = [
+            ".ssh",
+            ".aws",
+            ".gnupg",
+            ".kube",
+            ".docker",
+            ".azure",
+            ".password-store",
+            ".config/gcloud",
+            ".netrc",
+        ];
+        if SECRETS.iter().any(|s| canonical.starts_with(home.join(s))) {
+            return refuse("it holds credentials");
+        }
+    }
+    Ok(canonical)
+}
+
+/// One result list per base, in order of preference (the project first).
+pub struct BaseHits {
+    pub base: String,
+    pub hits: Vec<SearchHit>,
+}
+
+/// Merges per-base result lists by reciprocal rank: each base's best result
+/// ranks with the others' best, and scores from different indexes (whose
+/// statistics differ) are never compared directly. Ties keep base order.
+pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
+    let mut all: Vec<(f64, usize, usize, String, SearchHit)> = Vec::new();
+    for (base_rank, list) in lists.into_iter().enumerate() {
+        for (rank, hit) in list.hits.into_iter().enumerate() {
+            let fused = 1.0 / (60.0 + rank as f64 + 1.0);
+            all.push((fused, base_rank, rank, list.base.clone(), hit));
+        }
+    }
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    all.into_iter()
+        .take(limit)
+        .map(|(_, _, _, base, hit)| (base, hit))
+        .collect()
+}
+
+/// Searches the project and every knowledge base (or only `only`).
+/// A base whose index cannot be opened is reported in the returned notices.
+pub fn search_all(
+    project: &Searcher,
+    bases: &[(KnowledgeBase, &Searcher)],
+    req: &SearchRequest,
+    only: Option<&str>,
+) -> Result<(Vec<BaseHit>, Vec<String>)> {
+    let mut lists = Vec::new();
+    let mut notices = Vec::new();
+    if only.is_none_or(|o| o == PROJECT) {
+        lists.push(BaseHits {
+            base: PROJECT.to_string(),
+            hits: project.search(req)?,
+        });
+        notices.extend(project.notice());
+    }
+    for (base, searcher) in bases {
+        if only.is_some_and(|o| o != base.name) {
+            continue;
+        }
+        match searcher.search(req) {
+            Ok(hits) => lists.push(BaseHits {
+                base: base.name.clone(),
+                hits,
+            }),
+            Err(e) => notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
+        }
+    }
+    Ok((fuse(lists, req.limit), notices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_and_secret_folders_are_refused() {
+        for p in ["/", "/etc", "/proc/self"] {
+            let err = allowed_folder(Path::new(p)).unwrap_err().to_string();
+            assert!(err.contains("refusing"), "{p}: {err}");
+        }
+        if let Some(home) = dirs::home_dir() {
+            let err = allowed_folder(&home).unwrap_err().to_string();
+            assert!(err.contains("home directory"), "{err}");
+            let ssh = home.join(".ssh");
+            if ssh.is_dir() {
+                assert!(allowed_folder(&ssh).unwrap_err().to_string().contains("credentials"));
+            }
+        }
+        let missing = allowed_folder(Path::new("/no/such/folder/anywhere"))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("no such folder"), "{missing}");
+    }
+
+    #[test]
+    fn add_list_remove_round_trip_and_names_are_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("project");
+        let docs = tmp.path().join("my docs");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir_all(&docs).unwrap();
+        let index_dir = project.join(".ken");
+        let base = add(&project, &index_dir, &docs, None).unwrap();
+        assert_eq!(base.name, "my-docs");
+        assert_eq!(list(&index_dir).unwrap(), vec![base.clone()]);
+        assert!(
+            add(&project, &index_dir, &docs, Some("again")).is_err(),
+            "same folder twice"
+        );
+        assert!(
+            add(&project, &index_dir, &project.join("."), Some("self")).is_err(),
+            "inside the project"
+        );
+        assert!(add(&project, &index_dir, &docs, Some("../x")).is_err(), "bad name");
+        std::fs::create_dir_all(base.index_dir(&index_dir)).unwrap();
+        remove(&index_dir, "my-docs").unwrap();
+        assert!(list(&index_dir).unwrap().is_empty());
+        assert!(!base.index_dir(&index_dir).exists());
+        assert!(docs.exists(), "the folder itself is never touched");
+        assert!(remove(&index_dir, "my-docs")
+            .unwrap_err()
+            .to_string()
+            .contains("no knowledge base"));
+    }
+
+    #[test]
+    fn fusion_interleaves_bases_by_rank() {
+        let hit = |path: &str| SearchHit {
+            path: path.to_string(),
+            ..SearchHit::default()
+        };
+        let fused = fuse(
+            vec![
+                BaseHits {
+                    base: "project".into(),
+                    hits: vec![hit("a"), hit("b")],
+                },
+                BaseHits {
+                    base: "docs".into(),
+                    hits: vec![hit("x"), hit("y")],
+                },
+            ],
+            3,
+        );
+        let order: Vec<(&str, &str)> = fused.iter().map(|(b, h)| (b.as_str(), h.path.as_str())).collect();
+        assert_eq!(order, vec![("project", "a"), ("docs", "x"), ("project", "b")]);
+    }
+}
