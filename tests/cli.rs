@@ -421,3 +421,40 @@ fn health_finds_inconsistencies_repairs_them_and_reports_stale_files() {
     ken_ok(root, &["index", "--no-embed", "-q"]);
     assert_eq!(search(root, "render_template", 1)[0]["path"], "src/lib.rs");
 }
+
+#[test]
+fn knowledge_bases_are_searched_with_the_project_and_removed_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    let docs = tmp.path().join("handbook");
+    sample_project(&project);
+    write(
+        &docs,
+        "deploy.md",
+        "# Deploying\n\nRotate the frobnicator signing keys every quarter.\n",
+    );
+    ken_ok(&project, &["index", "--no-embed", "-q"]);
+    let added = ken_ok(&project, &["kb", "add", docs.to_str().unwrap(), "--no-embed"]);
+    assert!(added.contains("`handbook`") && added.contains("1 files"), "{added}");
+    assert!(
+        !docs.join(".ken").exists(),
+        "nothing is written into the knowledge base's folder"
+    );
+    let hits = search(&project, "frobnicator signing keys", 5);
+    assert_eq!(hits[0]["base"], "handbook", "{hits:?}");
+    assert_eq!(hits[0]["path"], "deploy.md");
+    let project_hits = search(&project, "render_template", 3);
+    assert_eq!(project_hits[0]["base"], "project");
+    for refused in ["/", "/etc"] {
+        let out = ken(&project, &["kb", "add", refused]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"), "{refused}");
+    }
+    let listed = ken_json(&project, &["kb", "list", "--json"]);
+    assert_eq!(listed[0]["name"], "handbook");
+    ken_ok(&project, &["kb", "remove", "handbook"]);
+    assert!(search(&project, "frobnicator signing keys", 5)
+        .iter()
+        .all(|h| h["base"] == "project"));
+    assert!(docs.join("deploy.md").exists());
+}

@@ -164,6 +164,17 @@ fn index_codebase_reports_progress_and_stops_when_cancelled() {
     assert_eq!(first["params"]["total"], FILES as f64, "{first}");
     let during = server.status(3);
     assert_eq!(during["index_run_in_progress"], true, "{during}");
+    server.call(
+        4,
+        "codebase_search",
+        serde_json::json!({"query": "handler"}),
+        serde_json::json!({}),
+    );
+    let partial = server.wait_for(|m| m["id"] == 4);
+    let notice = partial["result"]["structuredContent"]["notice"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(notice.contains("partial"), "a search during a run says so: {partial}");
     server.send(
         serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 2, "reason": "test"}}),
@@ -191,4 +202,30 @@ fn index_codebase_reports_progress_and_stops_when_cancelled() {
     );
     drop(server.child.stdin.take());
     assert!(server.child.wait().unwrap().success());
+}
+
+#[test]
+fn the_opencode_and_claude_code_configs_name_real_tools() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read_json = |rel: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(repo.join(rel)).unwrap()).unwrap()
+    };
+    assert_eq!(
+        read_json(".opencode/opencode.json")["mcp"]["ken"]["command"],
+        serde_json::json!(["ken", "serve"])
+    );
+    assert_eq!(
+        read_json(".mcp.json")["mcpServers"]["ken"]["args"],
+        serde_json::json!(["serve"])
+    );
+    let tools: Vec<String> = ken::mcp::tool_definitions()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for command in ["search", "find", "call-graph", "index", "status"] {
+        let text = std::fs::read_to_string(repo.join(format!(".opencode/command/{command}.md"))).unwrap();
+        assert!(text.starts_with("---\ndescription: "), "{command}.md has a description");
+        let named: Vec<&String> = tools.iter().filter(|t| text.contains(&format!("`{t}`"))).collect();
+        assert!(!named.is_empty(), "{command}.md names a ken tool");
+    }
 }
