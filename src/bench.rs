@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::discover::{self, DiscoverOptions};
 use crate::index::{self, IndexOptions, IndexReport};
 use crate::lexical::QueryTerms;
-use crate::search::{SearchRequest, Searcher};
+use crate::search::{SearchMode, SearchRequest, Searcher};
 
 pub struct BenchOptions {
     pub root: PathBuf,
@@ -393,5 +393,74 @@ pub fn embed(
         chunks: texts.len(),
         budgets: rows,
         query_p50_ms: percentile(&mut query_ms, 0.5),
+    })
+}
+
+/// In-process latency of each search mode on an existing index.
+#[derive(Debug, Serialize)]
+pub struct QueryBench {
+    pub chunks: u64,
+    pub vectors: u64,
+    pub queries: usize,
+    /// (mode and query kind, p50 ms, p95 ms)
+    pub modes: Vec<(String, f64, f64)>,
+    /// Embedding the query alone (built-in model), p50 ms.
+    pub query_embedding_p50_ms: f64,
+}
+
+/// Runs every sampled query `iterations` times in each mode, after one
+/// warm-up pass that loads the model and the vector file.
+pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: usize) -> Result<QueryBench> {
+    let searcher = Searcher::open(root, index_dir)?;
+    let conn = &searcher.store().conn;
+    let chunks = crate::store::count(conn, "SELECT count(*) FROM chunks", [])?;
+    let vectors = crate::store::count(conn, "SELECT count(*) FROM embeddings", [])?;
+    let queries = sample_queries(&searcher)?;
+    // sample_queries gives identifiers first, then word queries made of them.
+    let identifiers = queries.iter().filter(|q| !q.contains(' ')).count();
+    let (idents, words) = queries.split_at(identifiers);
+    let mut modes = Vec::new();
+    for mode in [SearchMode::Lexical, SearchMode::Semantic, SearchMode::Hybrid] {
+        for (kind, set) in [("identifiers", idents), ("words", words)] {
+            if set.is_empty() {
+                continue;
+            }
+            let mut ms = Vec::new();
+            for (pass, query) in std::iter::once(&set[0]).chain(set).enumerate() {
+                let req = SearchRequest {
+                    mode,
+                    ..SearchRequest::new(query.clone())
+                };
+                for _ in 0..iterations.max(1) {
+                    let t = Instant::now();
+                    searcher.search(&req)?;
+                    if pass > 0 {
+                        ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+            }
+            if let Some(notice) = searcher.notice() {
+                anyhow::bail!("{mode:?} search did not run as asked: {notice}");
+            }
+            modes.push((
+                format!("{mode:?} {kind}").to_lowercase(),
+                percentile(&mut ms, 0.5),
+                percentile(&mut ms, 0.95),
+            ));
+        }
+    }
+    let model = crate::embed::LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+    let mut embed_ms = Vec::new();
+    for query in &queries {
+        let t = Instant::now();
+        crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
+        embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(QueryBench {
+        chunks,
+        vectors,
+        queries: queries.len(),
+        modes,
+        query_embedding_p50_ms: percentile(&mut embed_ms, 0.5),
     })
 }

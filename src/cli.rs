@@ -189,6 +189,14 @@ enum KbCommand {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
+    /// In-process latency of lexical, semantic and hybrid search on an existing index.
+    Query {
+        /// Times each sampled query is run per mode.
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// HNSW add and search speed on clustered vectors, against an exact scan.
     Vectors {
         #[arg(long, default_value_t = 10_000)]
@@ -497,6 +505,32 @@ fn run(cli: Cli) -> Result<i32> {
                         c.symbol.as_deref().unwrap_or("-")
                     );
                 }
+            }
+            Ok(0)
+        }
+        Command::Bench {
+            what: BenchCommand::Query { iterations, json },
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let report = bench::query(&root, &index_dir, iterations)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "{} chunks, {} vectors, {} queries x {iterations}",
+                    report.chunks, report.vectors, report.queries
+                );
+                // The baseline of each row: lexical search of the same queries, same run.
+                for (mode, p50, p95) in &report.modes {
+                    let kind = mode.split(' ').nth(1).unwrap_or_default();
+                    let lexical = report.modes.iter().find(|m| m.0 == format!("lexical {kind}"));
+                    println!(
+                        "{mode:>20}: p50 {p50:7.2} ms  p95 {p95:7.2} ms  ({:.1}x lexical p50)",
+                        p50 / lexical.map_or(1.0, |m| m.1).max(1e-9)
+                    );
+                }
+                println!("query embedding alone: p50 {:.2} ms", report.query_embedding_p50_ms);
             }
             Ok(0)
         }

@@ -303,26 +303,25 @@ impl Searcher {
         }
         self.register_path_filter(path_filter)?;
 
-        let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let fetch = (req.limit * OVERFETCH).max(50);
-        let (terms, common) = self.selective_terms(&q)?;
-        if req.mode != SearchMode::Semantic && !terms.is_empty() {
-            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
-                candidates.entry(id).or_default().bm25 = -rank;
-            }
-        }
-        if req.mode != SearchMode::Semantic {
-            let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
-            for key in &q.identifiers {
-                for id in self.symbol_candidates(key, req)? {
-                    let c = candidates.entry(id).or_insert(Candidate {
-                        bm25: best_bm25 * 0.5,
-                        ..Candidate::default()
-                    });
-                    c.exact_symbol = true;
-                }
-            }
-        }
+        // A query of several words will use its vector: embed it on another
+        // core while this one runs the lexical side (the model is the slower half).
+        let prefetch = req.mode != SearchMode::Lexical && req.query.split_whitespace().count() > 1;
+        let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
+        let (lexical, prefetched) = std::thread::scope(|scope| {
+            let job = prefetch_side.map(|side| {
+                let embedder: &dyn Embedder = side.embedder.as_ref();
+                let query = req.query.as_str();
+                scope.spawn(move || embedder.embed(&[query], InputKind::Query))
+            });
+            let lexical = self.lexical_side(&q, req, fetch);
+            let prefetched = job.map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")))
+            });
+            (lexical, prefetched)
+        });
+        let (mut candidates, common) = lexical?;
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A lone identifier that names a definition is answered by that
         // definition: vectors add nothing, and loading the model costs more
@@ -336,7 +335,7 @@ impl Searcher {
         ) {
             (SearchMode::Lexical, _) => false,
             (_, Err(why)) if why.is_empty() => false,
-            (mode, Ok(side)) => match self.vector_candidates(side, req, fetch) {
+            (mode, Ok(side)) => match self.vector_candidates(side, req, fetch, prefetched) {
                 Ok(found) => {
                     for (id, similarity) in found {
                         let c = candidates.entry(id).or_default();
@@ -382,6 +381,37 @@ impl Searcher {
             hit.score = (hit.score * 1e6).round() / 1e6;
         }
         Ok(hits)
+    }
+
+    /// BM25 candidates and exact symbol-name matches (none in semantic mode),
+    /// with the common terms left out of the match.
+    #[allow(clippy::type_complexity)]
+    fn lexical_side<'q>(
+        &self,
+        q: &'q QueryTerms,
+        req: &SearchRequest,
+        fetch: usize,
+    ) -> Result<(HashMap<i64, Candidate>, Vec<(&'q String, f64)>)> {
+        let mut candidates: HashMap<i64, Candidate> = HashMap::new();
+        let (terms, common) = self.selective_terms(q)?;
+        if req.mode != SearchMode::Semantic && !terms.is_empty() {
+            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
+                candidates.entry(id).or_default().bm25 = -rank;
+            }
+        }
+        if req.mode != SearchMode::Semantic {
+            let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
+            for key in &q.identifiers {
+                for id in self.symbol_candidates(key, req)? {
+                    let c = candidates.entry(id).or_insert(Candidate {
+                        bm25: best_bm25 * 0.5,
+                        ..Candidate::default()
+                    });
+                    c.exact_symbol = true;
+                }
+            }
+        }
+        Ok((candidates, common))
     }
 
     fn chunk_total(&self) -> Result<f64> {
@@ -506,8 +536,17 @@ impl Searcher {
 
     /// Chunks whose embedding is among the query's nearest neighbours, with
     /// similarity, restricted to the branch and filters.
-    fn vector_candidates(&self, side: &SemanticSide, req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f32)>> {
-        let query = side.embedder.embed(&[req.query.as_str()], InputKind::Query)?;
+    fn vector_candidates(
+        &self,
+        side: &SemanticSide,
+        req: &SearchRequest,
+        fetch: usize,
+        prefetched: Option<Result<Vec<Vec<f32>>>>,
+    ) -> Result<Vec<(i64, f32)>> {
+        let query = match prefetched {
+            Some(vectors) => vectors?,
+            None => side.embedder.embed(&[req.query.as_str()], InputKind::Query)?,
+        };
         match query.first() {
             Some(query) => self.neighbours(side, query, req, fetch),
             None => Ok(Vec::new()),
