@@ -702,12 +702,15 @@ file out of step, files changed since indexing, missing vectors) with severities
         let started = Instant::now();
         let (root, dir) = (self.root.clone(), self.index_dir.clone());
         let repair = args.repair.unwrap_or(false);
-        if repair {
-            self.jobs.stop_embedding();
-        }
-        let result = blocking(move || crate::health::check(&root, &dir, repair))
-            .await
-            .and_then(data_result);
+        let jobs = self.jobs.clone();
+        let result = blocking(move || {
+            if repair {
+                jobs.stop_embedding();
+            }
+            crate::health::check(&root, &dir, repair)
+        })
+        .await
+        .and_then(data_result);
         self.finish("index_health_check", started, result)
     }
 
@@ -797,18 +800,19 @@ folder itself is never touched).",
     ) -> Result<CallToolResult, ErrorData> {
         let started = Instant::now();
         // The background pass may be embedding this base.
-        let was_embedding = self.jobs.embedding_running();
-        self.jobs.stop_embedding();
-        let (dir, pool) = (self.index_dir.clone(), self.pool.clone());
+        let server = self.clone();
         let result = blocking(move || {
-            pool.clear();
-            kb::remove(&dir, &args.name).map(|removed| KnowledgeBaseRemoved { removed })
+            let was_embedding = server.jobs.embedding_running();
+            server.jobs.stop_embedding();
+            server.pool.clear();
+            let removed = kb::remove(&server.index_dir, &args.name).map(|removed| KnowledgeBaseRemoved { removed });
+            if was_embedding {
+                server.start_background_embedding();
+            }
+            removed
         })
         .await
         .and_then(data_result);
-        if was_embedding {
-            self.start_background_embedding();
-        }
         self.finish("remove_knowledge_base", started, result)
     }
 
@@ -987,8 +991,6 @@ impl KenServer {
             Ok(g) => g,
             Err(why) => return Ok(tool_error(why)),
         };
-        // The background pass holds the writer lock; it resumes afterwards.
-        self.jobs.stop_embedding();
         let (reporter, watcher) = call_reporter(&ctx);
         let server = self.clone();
         let force = args.force.unwrap_or(false);
@@ -996,7 +998,13 @@ impl KenServer {
         let started = Instant::now();
         let outcome = blocking(move || {
             let _guard = guard;
-            server.index_all(force, wait, &reporter)
+            // The background pass holds the writer lock; it resumes afterwards.
+            server.jobs.stop_embedding();
+            let outcome = server.index_all(force, wait, &reporter);
+            if !wait {
+                server.start_background_embedding();
+            }
+            outcome
         })
         .await?;
         watcher.abort();
@@ -1007,9 +1015,6 @@ impl KenServer {
                 Err(e) => Err(format!("{e:#}")),
             },
         );
-        if !wait {
-            self.start_background_embedding();
-        }
         data_result(outcome)
     }
 
@@ -1080,29 +1085,15 @@ impl KenServer {
         };
         let (reporter, watcher) = call_reporter(&ctx);
         let folder = self.root.join(&args.path);
-        let (root, dir) = (self.root.clone(), self.index_dir.clone());
         let started = Instant::now();
+        let server = self.clone();
         let outcome = blocking(move || -> anyhow::Result<KnowledgeBaseAdded> {
             let _guard = guard;
-            let base = kb::add(&root, &dir, &folder, args.name.as_deref())?;
-            let opts = IndexOptions {
-                reporter,
-                ..IndexOptions::default()
-            };
-            match crate::index::index(base.root(), &base.index_dir(&dir), &opts) {
-                Ok(index) => Ok(KnowledgeBaseAdded {
-                    added: base,
-                    index,
-                    embedding_status: "embeddings are computed in the background; list_knowledge_bases shows the \
-                                       coverage"
-                        .to_string(),
-                }),
-                Err(e) => {
-                    // Not indexed, not registered: the call can simply be repeated.
-                    let _ = kb::remove(&dir, &base.name);
-                    Err(e)
-                }
+            let added = server.add_and_index(args, &folder, reporter);
+            if added.is_ok() {
+                server.start_background_embedding();
             }
+            added
         })
         .await?;
         watcher.abort();
@@ -1113,10 +1104,35 @@ impl KenServer {
                 Err(e) => Err(format!("{e:#}")),
             },
         );
-        if outcome.is_ok() {
-            self.start_background_embedding();
-        }
         data_result(outcome)
+    }
+
+    fn add_and_index(
+        &self,
+        args: AddKnowledgeBaseArgs,
+        folder: &Path,
+        reporter: Reporter,
+    ) -> anyhow::Result<KnowledgeBaseAdded> {
+        let dir = &self.index_dir;
+        let base = kb::add(&self.root, dir, folder, args.name.as_deref())?;
+        let opts = IndexOptions {
+            reporter,
+            ..IndexOptions::default()
+        };
+        match crate::index::index(base.root(), &base.index_dir(dir), &opts) {
+            Ok(index) => Ok(KnowledgeBaseAdded {
+                added: base,
+                index,
+                embedding_status: "embeddings are computed in the background; list_knowledge_bases shows the \
+                                   coverage"
+                    .to_string(),
+            }),
+            Err(e) => {
+                // Not indexed, not registered: the call can simply be repeated.
+                let _ = kb::remove(dir, &base.name);
+                Err(e)
+            }
+        }
     }
 }
 
