@@ -405,12 +405,12 @@ impl Graph<'_> {
                         .next()
                         .is_some();
                 if is_type {
+                    // Methods of that type, or nothing: `String::new()` is not
+                    // some other type's `new`.
                     let own = self.candidates(r, &r.name, &|s: &Symbol| {
                         callable(s) && s.container.as_deref() == Some(type_name.as_str())
                     })?;
-                    if let Some(res) = self.pick_own(r, own) {
-                        return Ok(res);
-                    }
+                    return Ok(self.pick_own(r, own).unwrap_or_else(Resolution::none));
                 }
             }
             // Rust paths to modules: `util::helper()`.
@@ -426,8 +426,15 @@ impl Graph<'_> {
                 }
             }
         }
-        // An object of unknown type: any method of that name.
-        let methods = self.candidates(r, &r.name, &|s: &Symbol| callable(s) && s.container.is_some())?;
+        // An object of unknown type: any method of that name (for `super`, of
+        // another class than the caller's).
+        let own = match recv.as_str() {
+            "super" => self.caller_container(r)?,
+            _ => None,
+        };
+        let methods = self.candidates(r, &r.name, &|s: &Symbol| {
+            callable(s) && s.container.is_some() && (own.is_none() || s.container != own)
+        })?;
         Ok(match methods.len() {
             0 => Resolution::none(),
             _ => Resolution::at(methods, Confidence::Unique),
