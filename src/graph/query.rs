@@ -383,7 +383,9 @@ impl<'c> Graph<'c> {
         }
         let direct = self.symbols_named(spec)?;
         if !direct.is_empty() {
-            return Ok(direct.to_vec());
+            // `impl Foo` blocks stand behind the definition of Foo.
+            let defs: Vec<Symbol> = direct.iter().filter(|s| s.kind != "impl").cloned().collect();
+            return Ok(if defs.is_empty() { direct.to_vec() } else { defs });
         }
         let split = spec
             .rsplit_once("::")
@@ -462,8 +464,9 @@ impl<'c> Graph<'c> {
             .collect())
     }
 
-    /// Callers or callees of `symbol`, following calls `depth` levels (ambiguous
-    /// edges are reported but not followed).
+    /// Callers or callees of `symbol` (calls, constructors, inheritance; not
+    /// imports), following calls `depth` levels (ambiguous edges are reported
+    /// but not followed).
     pub fn call_graph(&mut self, symbol: &Symbol, direction: Direction, depth: usize) -> Result<CallGraph> {
         let depth = depth.max(1);
         let mut edges = Vec::new();
@@ -477,7 +480,8 @@ impl<'c> Graph<'c> {
                     Direction::Callers => self.callers_of(node, level)?,
                     Direction::Callees => self.callees_of(node, level)?,
                 };
-                for edge in found {
+                // Imports serve resolution; they are not calls.
+                for edge in found.into_iter().filter(|e| e.kind != "import") {
                     let other = match direction {
                         Direction::Callers => &edge.from,
                         Direction::Callees => &edge.to,
