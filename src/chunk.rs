@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
 
+use crate::graph::extract::DefSpan;
+use crate::graph::FileGraph;
 use crate::lang::Language;
 
 /// Bumped when the chunking algorithm changes what it produces.
@@ -22,7 +24,8 @@ const CHUNKER_VERSION: u32 = 2;
 /// index built under other rules is re-chunked.
 pub fn chunking_fingerprint(limits: &ChunkLimits) -> String {
     format!(
-        "v{CHUNKER_VERSION}-{:016x}-{}-{}-{}",
+        "v{CHUNKER_VERSION}-g{}-{:016x}-{}-{}-{}",
+        crate::graph::EXTRACTOR_VERSION,
         crate::lang::queries_fingerprint(),
         limits.max_lines,
         limits.max_bytes,
@@ -98,13 +101,24 @@ fn is_leading_trivia(kind: &str) -> bool {
 
 /// Chunks a file. `lang` is `None` for files without a grammar.
 pub fn chunk_source(lang: Option<&Language>, source: &str, limits: &ChunkLimits) -> Result<Vec<Chunk>> {
+    Ok(chunk_and_graph(lang, source, limits, false)?.0)
+}
+
+/// Chunks a file and, when `graph` is set and the language has a `tags.scm`,
+/// extracts its code graph from the same parse tree.
+pub fn chunk_and_graph(
+    lang: Option<&Language>,
+    source: &str,
+    limits: &ChunkLimits,
+    graph: bool,
+) -> Result<(Vec<Chunk>, Option<FileGraph>)> {
     let lines = Lines::new(source);
     if lines.count() == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     match lang {
-        Some(lang) => chunk_with_grammar(lang, source, &lines, limits),
-        None => Ok(chunk_plain_text(source, &lines, limits)),
+        Some(lang) => chunk_with_grammar(lang, source, &lines, limits, graph),
+        None => Ok((chunk_plain_text(source, &lines, limits), None)),
     }
 }
 
@@ -183,7 +197,13 @@ fn definition_end_row(node: &Node) -> usize {
     }
 }
 
-fn chunk_with_grammar(lang: &Language, source: &str, lines: &Lines, limits: &ChunkLimits) -> Result<Vec<Chunk>> {
+fn chunk_with_grammar(
+    lang: &Language,
+    source: &str,
+    lines: &Lines,
+    limits: &ChunkLimits,
+    graph: bool,
+) -> Result<(Vec<Chunk>, Option<FileGraph>)> {
     let mut parser = Parser::new();
     parser
         .set_language(&lang.grammar())
@@ -195,7 +215,38 @@ fn chunk_with_grammar(lang: &Language, source: &str, lines: &Lines, limits: &Chu
     let defs = find_definitions(lang, root, source)?;
     let mut out = ChunkSink::new(source, lines, limits);
     emit_level(&mut out, root, &defs, 0, lines.count() - 1, "module", None, &[]);
-    Ok(out.finish())
+    let graph = match graph {
+        true => {
+            let mut spans = Vec::new();
+            def_spans(&defs, None, &mut spans);
+            // A broken tags query loses the graph of the file, never its chunks.
+            crate::graph::extract::extract(lang, root, source, &spans).unwrap_or_else(|e| {
+                tracing::warn!("{e:#}");
+                None
+            })
+        }
+        false => None,
+    };
+    Ok((out.finish(), graph))
+}
+
+/// The definitions in source order, for the code graph.
+fn def_spans<'d>(defs: &'d [Def], parent: Option<usize>, out: &mut Vec<DefSpan<'d>>) {
+    for def in defs {
+        let index = out.len();
+        let start_line = def.node.start_position().row as u32 + 1;
+        out.push(DefSpan {
+            start_byte: def.node.start_byte(),
+            end_byte: def.node.end_byte(),
+            start_line,
+            end_line: def.end_row as u32 + 1,
+            line: def.name_row.map_or(start_line, |r| r as u32 + 1),
+            kind: &def.kind,
+            name: def.name.as_deref(),
+            parent,
+        });
+        def_spans(&def.children, Some(index), out);
+    }
 }
 
 fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result<Vec<Def<'t>>> {

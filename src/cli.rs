@@ -98,6 +98,12 @@ enum Command {
         #[arg(long, default_value = "schemas")]
         out: PathBuf,
     },
+    /// Callers or callees of a symbol, from the code graph.
+    Callgraph(crate::graph::output::CallgraphArgs),
+    /// The shortest call path from one symbol to another.
+    Path(crate::graph::output::PathArgs),
+    /// Where a symbol is defined (with kind and path filters).
+    Def(crate::graph::output::DefArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
@@ -367,6 +373,21 @@ fn run(cli: Cli) -> Result<i32> {
                 print_hits(&hits, &target);
             }
             Ok(0)
+        }
+        Command::Callgraph(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            crate::graph::output::run_callgraph(&root, &index_dir, &args)
+        }
+        Command::Path(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            crate::graph::output::run_path(&root, &index_dir, &args)
+        }
+        Command::Def(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            crate::graph::output::run_def(&root, &index_dir, &args)
         }
         Command::Status { json } => {
             let root = resolve_root(cli.root.as_deref())?;

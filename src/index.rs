@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{self, chunk_source, ChunkLimits};
+use crate::chunk::{self, chunk_and_graph, ChunkLimits};
 use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
 use crate::git;
 use crate::lang;
@@ -36,6 +36,8 @@ pub struct IndexOptions {
     pub reporter: Reporter,
     /// Commit after this many changed files (bounds the work an interruption loses).
     pub batch_files: usize,
+    /// Extract the code graph (symbols and references) while chunking.
+    pub graph: bool,
 }
 
 impl Default for IndexOptions {
@@ -46,6 +48,7 @@ impl Default for IndexOptions {
             lock_timeout: Duration::from_secs(120),
             reporter: Reporter::default(),
             batch_files: 500,
+            graph: true,
         }
     }
 }
@@ -160,6 +163,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     let mut progress = opts.reporter.phase("indexing", "files", changed.len() as u64);
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
     let limits = opts.limits;
+    let graph = opts.graph;
     let writer_result = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             write_outcomes(
@@ -176,7 +180,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
             if opts.reporter.is_cancelled() {
                 return;
             }
-            let outcome = read_and_chunk(cand, &catalog, &known_versions, &limits);
+            let outcome = read_and_chunk(cand, &catalog, &known_versions, &limits, graph);
             let _ = tx.send(outcome);
         });
         writer.join().expect("index writer thread panicked")
@@ -252,6 +256,7 @@ fn read_and_chunk(
     catalog: &HashMap<String, CatalogEntry>,
     known: &HashMap<String, Vec<i64>>,
     limits: &ChunkLimits,
+    graph: bool,
 ) -> Outcome {
     let bytes = match std::fs::read(&candidate.abs_path) {
         Ok(b) => b,
@@ -277,12 +282,12 @@ fn read_and_chunk(
     }
     let language = lang::for_path(Path::new(&candidate.rel_path));
     // A grammar that fails (a broken query) must not lose the file: fall back to line windows.
-    let chunked = chunk_source(language, text, limits).or_else(|e| {
+    let chunked = chunk_and_graph(language, text, limits, graph).or_else(|e| {
         tracing::warn!("{}: {e:#}; indexing it as plain text", candidate.rel_path);
-        chunk_source(None, text, limits)
+        chunk_and_graph(None, text, limits, false)
     });
     match chunked {
-        Ok(chunks) => {
+        Ok((chunks, file_graph)) => {
             let version = NewFileVersion::new(
                 candidate.rel_path.clone(),
                 hash,
@@ -290,7 +295,8 @@ fn read_and_chunk(
                 language.map_or(lang::PLAIN_TEXT, |l| l.name).to_string(),
                 text.lines().count() as i64,
                 chunks,
-            );
+            )
+            .with_graph(file_graph);
             Outcome::Parsed { candidate, version }
         }
         Err(e) => Outcome::Failed {

@@ -22,6 +22,9 @@ pub struct Language {
     grammar: fn() -> Grammar,
     chunks_query_source: &'static str,
     chunks_query: OnceLock<Result<Query, String>>,
+    /// `tags.scm` (references for the code graph), for the languages that have one.
+    tags_query_source: Option<&'static str>,
+    tags_query: OnceLock<Result<Query, String>>,
 }
 
 impl Language {
@@ -33,40 +36,56 @@ impl Language {
     /// With `KEN_GRAMMARS_DIR` set, the query is read from that folder instead
     /// of the copy built into the binary (for editing queries without a rebuild).
     pub fn chunks_query(&self) -> Result<&Query> {
-        self.chunks_query
-            .get_or_init(|| {
-                let source = self.resolved_query_source()?;
-                Query::new(&self.grammar(), &source)
-                    .map_err(|e| format!("native-grammars/{}/chunks.scm: {e}", self.name))
-            })
-            .as_ref()
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .context("invalid chunk query")
+        self.compiled(&self.chunks_query, CHUNKS).context("invalid chunk query")
+    }
+
+    /// The compiled `tags.scm` query (definitions, calls, imports for the code
+    /// graph); `None` for languages without one.
+    pub fn tags_query(&self) -> Option<Result<&Query>> {
+        self.tags_query_source?;
+        Some(self.compiled(&self.tags_query, TAGS).context("invalid tags query"))
+    }
+
+    fn compiled<'a>(&self, cell: &'a OnceLock<Result<Query, String>>, file: &str) -> Result<&'a Query> {
+        cell.get_or_init(|| {
+            let source = self.resolved_query_source(file)?;
+            Query::new(&self.grammar(), &source).map_err(|e| format!("native-grammars/{}/{file}: {e}", self.name))
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
     }
 }
 
+const CHUNKS: &str = "chunks.scm";
+const TAGS: &str = "tags.scm";
+
 impl Language {
-    /// This language's `chunks.scm` text, from `KEN_GRAMMARS_DIR` when set.
-    fn own_query_source(&self) -> Result<String, String> {
+    /// This language's `chunks.scm` or `tags.scm` text, from `KEN_GRAMMARS_DIR` when set.
+    fn own_query_source(&self, file: &str) -> Result<String, String> {
+        let built_in = if file == TAGS {
+            self.tags_query_source.unwrap_or_default()
+        } else {
+            self.chunks_query_source
+        };
         match std::env::var_os("KEN_GRAMMARS_DIR") {
             Some(dir) => {
-                let path = Path::new(&dir).join(self.name).join("chunks.scm");
+                let path = Path::new(&dir).join(self.name).join(file);
                 std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
             }
-            None => Ok(self.chunks_query_source.to_string()),
+            None => Ok(built_in.to_string()),
         }
     }
 
     /// The query with `; inherits: <lang>` lines replaced by that language's
     /// query (as in nvim-treesitter), so dialects share their patterns.
-    fn resolved_query_source(&self) -> Result<String, String> {
+    fn resolved_query_source(&self, file: &str) -> Result<String, String> {
         let mut out = String::new();
-        for line in self.own_query_source()?.lines() {
+        for line in self.own_query_source(file)?.lines() {
             match line.strip_prefix("; inherits:") {
                 Some(parent) => {
                     let parent = by_name(parent.trim())
                         .ok_or_else(|| format!("{}: unknown inherited language {}", self.name, parent.trim()))?;
-                    out.push_str(&parent.resolved_query_source()?);
+                    out.push_str(&parent.resolved_query_source(file)?);
                 }
                 None => out.push_str(line),
             }
@@ -88,6 +107,8 @@ macro_rules! languages {
                     grammar: || $grammar.into(),
                     chunks_query_source: include_str!(concat!("../native-grammars/", $name, "/chunks.scm")),
                     chunks_query: OnceLock::new(),
+                    tags_query_source: tags_source($name),
+                    tags_query: OnceLock::new(),
                 },
             )*])
         }
@@ -129,13 +150,45 @@ languages! {
     "zig" => tree_sitter_zig::LANGUAGE, ["zig"], [];
 }
 
-/// A fingerprint of every chunk query in use: when it changes, stored chunks
-/// no longer match what indexing would produce.
+/// The `tags.scm` of the languages the code graph covers.
+fn tags_source(name: &str) -> Option<&'static str> {
+    macro_rules! tags {
+        ($($lang:literal),*) => {
+            match name {
+                $($lang => Some(include_str!(concat!("../native-grammars/", $lang, "/tags.scm"))),)*
+                _ => None,
+            }
+        };
+    }
+    tags!(
+        "c",
+        "cpp",
+        "csharp",
+        "go",
+        "java",
+        "javascript",
+        "kotlin",
+        "php",
+        "python",
+        "ruby",
+        "rust",
+        "scala",
+        "swift",
+        "tsx",
+        "typescript"
+    )
+}
+
+/// A fingerprint of every chunk and tags query in use: when it changes, stored
+/// chunks and graph rows no longer match what indexing would produce.
 pub fn queries_fingerprint() -> u64 {
     let mut all = String::new();
     for lang in registry() {
         all.push_str(lang.name);
-        all.push_str(&lang.resolved_query_source().unwrap_or_default());
+        all.push_str(&lang.resolved_query_source(CHUNKS).unwrap_or_default());
+        if lang.tags_query_source.is_some() {
+            all.push_str(&lang.resolved_query_source(TAGS).unwrap_or_default());
+        }
     }
     xxhash_rust::xxh3::xxh3_64(all.as_bytes())
 }
@@ -174,6 +227,22 @@ mod tests {
                 panic!("{}: {e:#}", lang.name);
             }
         }
+    }
+
+    #[test]
+    fn every_tags_query_compiles_against_its_grammar() {
+        let mut covered = 0;
+        let mut failures = Vec::new();
+        for lang in all() {
+            if let Some(query) = lang.tags_query() {
+                if let Err(e) = query {
+                    failures.push(format!("{}: {e:#}", lang.name));
+                }
+                covered += 1;
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert!(covered >= 15, "the code graph covers {covered} languages");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod discover;
 pub mod embed;
 pub mod git;
+pub mod graph;
 pub mod health;
 pub mod http;
 pub mod index;

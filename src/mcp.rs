@@ -124,6 +124,14 @@ pub struct CallGraphArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CallPathArgs {
+    /// Where the calls start: a symbol name, `path:line`, or symbol id.
+    pub from: String,
+    /// Where they end: a symbol name, `path:line`, or symbol id.
+    pub to: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct HealthArgs {
     /// Fix what can be fixed.
     #[serde(default)]
@@ -817,18 +825,59 @@ folder itself is never touched).",
     }
 
     #[tool(
-        description = "Callers and callees of a symbol. The call graph is not built by this version of ken; the \
-tool says so rather than guessing. Use codebase_search with the symbol name meanwhile.",
+        description = "Who calls a symbol, or what it calls, from ken's code graph (definitions, calls, method \
+calls, constructors, inheritance and imports resolved by scope, imports and receiver). Use it instead of grep for \
+\"who calls X?\", \"what does X call?\" or before changing a function's signature: it skips comments, strings \
+and same-named functions elsewhere. symbol: a name (`parse`, `Parser.parse`), `path:line` or a symbol id; an \
+ambiguous name returns the candidates to choose from. Each edge has the call site (path:line), kind and \
+confidence (receiver, local, import, package, unique, ambiguous).",
         annotations(read_only_hint = true)
     )]
     async fn call_graph(
         &self,
-        Parameters(Args(_)): Parameters<Args<CallGraphArgs>>,
+        Parameters(Args(args)): Parameters<Args<CallGraphArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(tool_error(
-            "the call graph is not built yet in this version of ken: use codebase_search with the symbol's name \
-to find its definition and mentions",
-        ))
+        let direction = match args.direction.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("callers") => crate::graph::query::Direction::Callers,
+            Some("callees") => crate::graph::query::Direction::Callees,
+            Some(other) => return Ok(tool_error(format!("direction `{other}`: expected callers or callees"))),
+        };
+        if args.symbol.trim().is_empty() {
+            return Ok(tool_error("`symbol` is empty: give a name, path:line or symbol id"));
+        }
+        let depth = args.depth.unwrap_or(1).clamp(1, 10);
+        let (root, dir) = (self.root.clone(), self.index_dir.clone());
+        let outcome =
+            tokio::task::spawn_blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth))
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        match outcome {
+            Ok(graph) => json_result(&graph),
+            Err(e) => Ok(tool_error(format!("{e:#}"))),
+        }
+    }
+
+    #[tool(
+        description = "The shortest chain of calls from one symbol to another (how does A reach B?), from ken's \
+code graph. from/to: a name, `path:line` or symbol id. Returns the calls in order with call sites, or no edges \
+when there is no path within 12 calls.",
+        annotations(read_only_hint = true)
+    )]
+    async fn call_graph_path(
+        &self,
+        Parameters(Args(args)): Parameters<Args<CallPathArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if args.from.trim().is_empty() || args.to.trim().is_empty() {
+            return Ok(tool_error("`from` and `to` must both name a symbol"));
+        }
+        let (root, dir) = (self.root.clone(), self.index_dir.clone());
+        let outcome = tokio::task::spawn_blocking(move || crate::graph::call_path(&root, &dir, &args.from, &args.to))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        match outcome {
+            Ok(path) => json_result(&path),
+            Err(e) => Ok(tool_error(format!("{e:#}"))),
+        }
     }
 }
 
@@ -1200,8 +1249,8 @@ impl KenServer {
         Parameters(Args(args)): Parameters<Args<SymbolPromptArgs>>,
     ) -> Result<Vec<PromptMessage>, ErrorData> {
         user_prompt(format!(
-            "Use the call_graph tool of the ken MCP server for `{}` (callers, then callees). If the graph is not \
-             built, say so and use codebase_search for its definition and mentions instead.",
+            "Use the call_graph tool of the ken MCP server for `{}` (callers, then callees). If the index has no \
+             graph, say so and use codebase_search for its definition and mentions instead.",
             args.symbol
         ))
     }
@@ -1235,7 +1284,7 @@ code questions in milliseconds. Use codebase_search instead of grep or reading m
 something is implemented or how it works, or for a symbol's definition: it understands identifiers (parse_config \
 finds the definition first) and plain-language questions (\"where is the JWT expiry checked?\"), and returns the \
 functions with their code. Use codebase_peek for cheap orientation (locations only), find_similar for code like a \
-snippet or a path:line, call_graph for callers and callees, index_status to see what the index reflects, and \
+snippet or a path:line, call_graph for callers and callees, call_graph_path for how one symbol reaches another, index_status to see what the index reflects, and \
 index_codebase after large changes. add_knowledge_base makes documentation or another repository searchable too."
 )]
 impl ServerHandler for KenServer {}

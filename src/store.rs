@@ -25,7 +25,7 @@ use crate::lexical;
 
 /// Bumped whenever the schema or the meaning of stored data changes; an
 /// index with another version is rebuilt.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 pub const INDEX_DIR_NAME: &str = ".ken";
 const DB_FILE: &str = "index.db";
@@ -112,6 +112,8 @@ pub struct NewFileVersion {
     pub chunks: Vec<PreparedChunk>,
     /// Lexical terms of the path, shared by the file's chunks.
     pub path_terms: String,
+    /// Symbols and references for the code graph (languages with a `tags.scm`).
+    pub graph: Option<crate::graph::FileGraph>,
 }
 
 /// A chunk with everything the writer stores already computed, so the
@@ -165,7 +167,13 @@ impl NewFileVersion {
             line_count,
             chunks: chunks.into_iter().map(PreparedChunk::new).collect(),
             path_terms,
+            graph: None,
         }
+    }
+
+    pub fn with_graph(mut self, graph: Option<crate::graph::FileGraph>) -> Self {
+        self.graph = graph;
+        self
     }
 }
 
@@ -196,6 +204,8 @@ impl Store {
         let conn = Connection::open(&db).with_context(|| format!("cannot create {}", db.display()))?;
         configure(&conn)?;
         conn.execute_batch(SCHEMA).context("creating the index schema")?;
+        conn.execute_batch(crate::graph::SCHEMA)
+            .context("creating the graph schema")?;
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
             params![SCHEMA_VERSION.to_string(), now_rfc3339()],
@@ -493,6 +503,9 @@ impl<'c> Batch<'c> {
                 prepared.body_terms
             ])?;
         }
+        if let Some(graph) = &file.graph {
+            crate::graph::insert(&self.tx, file_id, graph)?;
+        }
         Ok(file_id)
     }
 
@@ -560,6 +573,7 @@ impl<'c> Batch<'c> {
         self.tx
             .prepare_cached("DELETE FROM chunks WHERE file_id = ?1")?
             .execute([file_id])?;
+        crate::graph::delete(&self.tx, file_id)?;
         self.tx
             .prepare_cached("DELETE FROM files WHERE id = ?1")?
             .execute([file_id])?;

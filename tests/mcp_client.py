@@ -17,12 +17,15 @@ from mcp.shared.exceptions import MCPError
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
 EXPECTED_TOOLS = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "index_codebase", "index_status",
-    "index_health_check", "index_metrics", "index_logs", "add_knowledge_base", "list_knowledge_bases",
-    "remove_knowledge_base",
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "index_codebase",
+    "index_status", "index_health_check", "index_metrics", "index_logs", "add_knowledge_base",
+    "list_knowledge_bases", "remove_knowledge_base",
 }
-READ_ONLY = {"codebase_search", "codebase_peek", "find_similar", "call_graph", "index_status", "index_metrics", "index_logs", "list_knowledge_bases"}
-DATA_TOOLS = EXPECTED_TOOLS - {"call_graph"}
+READ_ONLY = {
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "index_status",
+    "index_metrics", "index_logs", "list_knowledge_bases",
+}
+DATA_TOOLS = EXPECTED_TOOLS - {"call_graph", "call_graph_path"}
 
 
 def check(condition, message):
@@ -112,9 +115,17 @@ async def main():
             for name, args, needle in bad_calls:
                 await expect_error(session, name, args, needle)
 
-            # call_graph says plainly that there is no graph.
-            result = await session.call_tool("call_graph", {"symbol": "render_template"})
-            check(result.is_error and "not built" in result.content[0].text, f"call_graph: {result}")
+            # The call graph: callers, callees, a path, and errors for bad arguments.
+            out = structured(await session.call_tool("call_graph", {"symbol": "AppConfig", "direction": "callers"}))
+            check([e["from"]["name"] for e in out["edges"]] == ["load"], f"call_graph callers: {out}")
+            check(out["edges"][0]["kind"] == "constructor" and out["edges"][0]["call_site"]["path"] == "src/lib.rs", f"{out}")
+            out = structured(await session.call_tool("call_graph", {"symbol": "AppConfig.load", "direction": "callees", "depth": 2}))
+            check([e["to"]["name"] for e in out["edges"]] == ["AppConfig"], f"call_graph callees: {out}")
+            out = structured(await session.call_tool("call_graph_path", {"from": "load", "to": "AppConfig"}))
+            check(len(out["edges"]) == 1, f"call_graph_path: {out}")
+            for args in ({"symbol": "no_such_symbol"}, {"symbol": "load", "direction": "sideways"}, {"symbol": " "}):
+                result = await session.call_tool("call_graph", args)
+                check(result.is_error, f"call_graph {args} should fail: {result}")
 
             # Paths never leave the root.
             for target in ["../../../etc/passwd:1", "/etc/passwd:1", "src/../../x.rs:3"]:

@@ -1,0 +1,2 @@
+; Code graph references for TSX: the TypeScript patterns.
+; inherits: typescript

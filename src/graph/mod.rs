@@ -1,0 +1,136 @@
+//! The code graph: definitions (`symbols`) and references (`refs`: calls,
+//! method calls, constructors, inheritance, imports) of every file version,
+//! extracted while indexing from the tree chunking parsed ([`extract`]), and
+//! resolved to edges at query time ([`resolve`]), so that each branch sees
+//! the graph of its own files through its catalog. [`query`] answers callers,
+//! callees, paths and definitions; [`output`] prints them for the CLI.
+
+pub mod extract;
+pub mod output;
+pub mod query;
+pub mod resolve;
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+
+pub use extract::FileGraph;
+
+/// Bumped when extraction changes what it stores (part of the chunking fingerprint).
+pub const EXTRACTOR_VERSION: u32 = 1;
+
+/// Graph tables; rows belong to a file version like chunks, and are deleted with it.
+pub const SCHEMA: &str = r#"
+CREATE TABLE symbols (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files (id),
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    container TEXT,
+    parent INTEGER,
+    line INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL
+);
+CREATE INDEX symbols_by_name ON symbols (name);
+CREATE INDEX symbols_by_file ON symbols (file_id);
+CREATE TABLE refs (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files (id),
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    receiver TEXT,
+    module TEXT,
+    alias TEXT,
+    line INTEGER NOT NULL,
+    caller INTEGER
+);
+CREATE INDEX refs_by_name ON refs (name);
+CREATE INDEX refs_by_file ON refs (file_id);
+CREATE INDEX refs_by_caller ON refs (caller) WHERE caller IS NOT NULL;
+"#;
+
+/// Stores the graph of a new file version (inside the indexing transaction).
+pub(crate) fn insert(conn: &Connection, file_id: i64, graph: &FileGraph) -> Result<()> {
+    let mut insert_symbol = conn.prepare_cached(
+        "INSERT INTO symbols (file_id, name, kind, container, parent, line, start_line, end_line)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    let mut ids = Vec::with_capacity(graph.symbols.len());
+    for s in &graph.symbols {
+        let parent = s.parent.map(|p| ids[p]);
+        insert_symbol.execute(params![
+            file_id,
+            s.name,
+            s.kind,
+            s.container,
+            parent,
+            s.line,
+            s.start_line,
+            s.end_line
+        ])?;
+        ids.push(conn.last_insert_rowid());
+    }
+    let mut insert_ref = conn.prepare_cached(
+        "INSERT INTO refs (file_id, name, kind, receiver, module, alias, line, caller)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for r in &graph.refs {
+        insert_ref.execute(params![
+            file_id,
+            r.name,
+            r.kind,
+            r.receiver,
+            r.module,
+            r.alias,
+            r.line,
+            r.caller.map(|c| ids[c])
+        ])?;
+    }
+    Ok(())
+}
+
+/// Deletes the graph rows of a file version that is being dropped.
+pub(crate) fn delete(conn: &Connection, file_id: i64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM symbols WHERE file_id = ?1")?
+        .execute([file_id])?;
+    conn.prepare_cached("DELETE FROM refs WHERE file_id = ?1")?
+        .execute([file_id])?;
+    Ok(())
+}
+
+/// Callers or callees of the symbol `spec` (name, `path:line` or id) in the
+/// index of `root`, as the CLI and the MCP server answer them.
+pub fn call_graph(
+    root: &std::path::Path,
+    index_dir: &std::path::Path,
+    spec: &str,
+    direction: query::Direction,
+    depth: usize,
+) -> Result<query::CallGraph> {
+    let store = crate::store::Store::open_for_read(index_dir)?;
+    let mut graph = query::Graph::open(&store, root)?;
+    let symbol = graph.lookup_one(spec)?;
+    graph.call_graph(&symbol, direction, depth)
+}
+
+/// The shortest call path between two symbols.
+pub fn call_path(root: &std::path::Path, index_dir: &std::path::Path, from: &str, to: &str) -> Result<query::CallPath> {
+    let store = crate::store::Store::open_for_read(index_dir)?;
+    let mut graph = query::Graph::open(&store, root)?;
+    let from = graph.lookup_one(from)?;
+    let to = graph.lookup_one(to)?;
+    graph.path(&from, &to)
+}
+
+/// Definitions named `name` (or `Container.name`), filtered by kind and path glob.
+pub fn definitions(
+    root: &std::path::Path,
+    index_dir: &std::path::Path,
+    name: &str,
+    kind: Option<&str>,
+    path_glob: Option<&str>,
+) -> Result<Vec<query::Symbol>> {
+    let store = crate::store::Store::open_for_read(index_dir)?;
+    let mut graph = query::Graph::open(&store, root)?;
+    graph.definitions(name, kind, path_glob)
+}

@@ -1,0 +1,601 @@
+//! Graph queries on one branch: symbol lookup (name, `path:line` or id),
+//! callers and callees to a depth, the shortest call path, definitions.
+//!
+//! Rows are read through the branch's catalog, so a branch never sees the
+//! symbols or references of another branch's files.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
+use std::rc::Rc;
+
+use anyhow::{bail, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use super::resolve::{Confidence, Resolution};
+use crate::store::Store;
+
+/// A definition on the branch.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Symbol {
+    /// Symbol id (0: the top-level code of the file).
+    pub id: i64,
+    pub name: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    pub path: String,
+    pub line: u32,
+    pub end_line: u32,
+    pub language: String,
+    #[serde(skip)]
+    pub file_id: i64,
+    #[serde(skip)]
+    pub parent: Option<i64>,
+}
+
+impl Symbol {
+    /// `Container.name`, or the name.
+    pub fn qualified(&self) -> String {
+        match &self.container {
+            Some(c) if c != &self.name => format!("{c}.{}", self.name),
+            _ => self.name.clone(),
+        }
+    }
+
+    /// Stands for the top-level code of a file (references outside any definition).
+    fn module_of(r: &Ref) -> Symbol {
+        Symbol {
+            id: 0,
+            name: "<module>".to_string(),
+            kind: "module".to_string(),
+            container: None,
+            path: r.path.clone(),
+            line: 1,
+            end_line: 1,
+            language: r.language.clone(),
+            file_id: r.file_id,
+            parent: None,
+        }
+    }
+}
+
+/// A reference as stored, with its file.
+#[derive(Debug, Clone)]
+pub struct Ref {
+    pub file_id: i64,
+    pub path: String,
+    pub language: String,
+    pub name: String,
+    pub kind: String,
+    pub receiver: Option<String>,
+    pub module: Option<String>,
+    pub alias: Option<String>,
+    pub line: u32,
+    pub caller: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Site {
+    pub path: String,
+    pub line: u32,
+}
+
+/// One resolved reference: `from` refers to `to` at `call_site`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Edge {
+    pub from: Symbol,
+    pub to: Symbol,
+    /// call, method_call, constructor, inherits, implements or import.
+    pub kind: String,
+    pub confidence: Confidence,
+    pub call_site: Site,
+    /// Distance from the queried symbol (1: direct).
+    pub depth: usize,
+    /// For ambiguous edges: every definition the reference may mean.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Symbol>,
+}
+
+impl Edge {
+    /// `from -> to kind confidence`, for tests and logs.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}:{} -> {}:{} {} {}",
+            self.from.path,
+            self.from.qualified(),
+            self.to.path,
+            self.to.qualified(),
+            self.kind,
+            self.confidence.as_str()
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Callers,
+    Callees,
+}
+
+/// The answer to a callers/callees query.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallGraph {
+    pub symbol: Symbol,
+    pub direction: Direction,
+    pub depth: usize,
+    pub edges: Vec<Edge>,
+    /// Set when the edge limit cut the answer short.
+    pub truncated: bool,
+}
+
+/// The answer to a path query: the calls from `from` to `to`, in order.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallPath {
+    pub from: Symbol,
+    pub to: Symbol,
+    /// Empty when no path was found within the depth limit.
+    pub edges: Vec<Edge>,
+}
+
+/// A symbol argument that names several definitions.
+#[derive(Debug)]
+pub struct Ambiguous {
+    pub spec: String,
+    pub candidates: Vec<Symbol>,
+}
+
+impl std::fmt::Display for Ambiguous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "`{}` names {} definitions; pass one as `path:line` or by id:",
+            self.spec,
+            self.candidates.len()
+        )?;
+        for s in self.candidates.iter().take(30) {
+            writeln!(f, "  {:>8}  {}:{}  {} {}", s.id, s.path, s.line, s.kind, s.qualified())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Ambiguous {}
+
+/// Edges kept per query at most.
+pub const MAX_EDGES: usize = 2000;
+/// Calls followed at most by a path search.
+pub const MAX_PATH_DEPTH: usize = 12;
+const CALL_KINDS: &[&str] = &["call", "method_call", "constructor"];
+
+const SYMBOL_COLUMNS: &str =
+    "s.id, s.name, s.kind, s.container, f.path, s.line, s.end_line, f.language, s.file_id, s.parent";
+const REF_COLUMNS: &str =
+    "r.file_id, f.path, f.language, r.name, r.kind, r.receiver, r.module, r.alias, r.line, r.caller";
+
+fn symbol_row(r: &rusqlite::Row) -> rusqlite::Result<Symbol> {
+    Ok(Symbol {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        kind: r.get(2)?,
+        container: r.get(3)?,
+        path: r.get(4)?,
+        line: r.get(5)?,
+        end_line: r.get(6)?,
+        language: r.get(7)?,
+        file_id: r.get(8)?,
+        parent: r.get(9)?,
+    })
+}
+
+fn ref_row(r: &rusqlite::Row) -> rusqlite::Result<Ref> {
+    Ok(Ref {
+        file_id: r.get(0)?,
+        path: r.get(1)?,
+        language: r.get(2)?,
+        name: r.get(3)?,
+        kind: r.get(4)?,
+        receiver: r.get(5)?,
+        module: r.get(6)?,
+        alias: r.get(7)?,
+        line: r.get(8)?,
+        caller: r.get(9)?,
+    })
+}
+
+/// The graph of one branch of an index, with caches for one session of queries.
+pub struct Graph<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) branch: String,
+    by_name: HashMap<String, Rc<Vec<Symbol>>>,
+    by_id: HashMap<i64, Option<Symbol>>,
+    pub(super) imports: HashMap<i64, Rc<Vec<Ref>>>,
+    pub(super) paths: Option<Rc<Vec<String>>>,
+    pub(super) module_cache: HashMap<String, bool>,
+}
+
+impl<'c> Graph<'c> {
+    /// The graph of the branch checked out at `root`. Fails plainly when the
+    /// index has no graph rows for it.
+    pub fn open(store: &'c Store, root: &Path) -> Result<Graph<'c>> {
+        let branch = crate::git::head(root).catalog_key();
+        let graph = Graph::for_branch(&store.conn, &branch);
+        let has_files: bool = store.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)",
+            [&branch],
+            |r| r.get(0),
+        )?;
+        if !has_files {
+            bail!("this branch is not indexed; run `ken index` first");
+        }
+        let has_symbols: bool = store.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM symbols s JOIN catalog c ON c.file_id = s.file_id WHERE c.branch = ?1)",
+            [&branch],
+            |r| r.get(0),
+        )?;
+        if !has_symbols {
+            bail!(
+                "the index has no code graph for this branch (no definitions in a language with a tags.scm: \
+                 python, javascript, typescript, tsx, go, rust, java, c, cpp, csharp, ruby, php, kotlin, swift, scala)"
+            );
+        }
+        Ok(graph)
+    }
+
+    pub fn for_branch(conn: &'c Connection, branch: &str) -> Graph<'c> {
+        Graph {
+            conn,
+            branch: branch.to_string(),
+            by_name: HashMap::new(),
+            by_id: HashMap::new(),
+            imports: HashMap::new(),
+            paths: None,
+            module_cache: HashMap::new(),
+        }
+    }
+
+    /// Definitions named `name` on the branch.
+    pub fn symbols_named(&mut self, name: &str) -> Result<Rc<Vec<Symbol>>> {
+        if let Some(found) = self.by_name.get(name) {
+            return Ok(found.clone());
+        }
+        let sql = format!(
+            "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
+             JOIN files f ON f.id = s.file_id WHERE s.name = ?2 ORDER BY f.path, s.line"
+        );
+        let rows: Vec<Symbol> = self
+            .conn
+            .prepare_cached(&sql)?
+            .query_map(params![self.branch, name], symbol_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        let rows = Rc::new(rows);
+        self.by_name.insert(name.to_string(), rows.clone());
+        Ok(rows)
+    }
+
+    /// The symbol with this id, if its file is on the branch.
+    pub fn symbol(&mut self, id: i64) -> Result<Option<Symbol>> {
+        if let Some(s) = self.by_id.get(&id) {
+            return Ok(s.clone());
+        }
+        let sql = format!(
+            "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
+             JOIN files f ON f.id = s.file_id WHERE s.id = ?2"
+        );
+        let found = self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row(params![self.branch, id], symbol_row)
+            .optional()?;
+        self.by_id.insert(id, found.clone());
+        Ok(found)
+    }
+
+    /// The imports of a file version.
+    pub(super) fn imports_of(&mut self, file_id: i64) -> Result<Rc<Vec<Ref>>> {
+        if let Some(found) = self.imports.get(&file_id) {
+            return Ok(found.clone());
+        }
+        let sql = format!(
+            "SELECT {REF_COLUMNS} FROM refs r JOIN files f ON f.id = r.file_id WHERE r.file_id = ?1 AND r.kind = 'import'"
+        );
+        let rows: Vec<Ref> = self
+            .conn
+            .prepare_cached(&sql)?
+            .query_map([file_id], ref_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        let rows = Rc::new(rows);
+        self.imports.insert(file_id, rows.clone());
+        Ok(rows)
+    }
+
+    /// Every path on the branch (to tell repository modules from external ones).
+    pub(super) fn branch_paths(&mut self) -> Result<Rc<Vec<String>>> {
+        if let Some(p) = &self.paths {
+            return Ok(p.clone());
+        }
+        let paths: Vec<String> = self
+            .conn
+            .prepare("SELECT path FROM catalog WHERE branch = ?1")?
+            .query_map([&self.branch], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let paths = Rc::new(paths);
+        self.paths = Some(paths.clone());
+        Ok(paths)
+    }
+
+    fn refs_where(&self, condition: &str, p: impl rusqlite::Params) -> Result<Vec<Ref>> {
+        let sql = format!(
+            "SELECT {REF_COLUMNS} FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
+             JOIN files f ON f.id = r.file_id WHERE {condition} ORDER BY f.path, r.line"
+        );
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_map(p, ref_row)?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// References that may mean a definition named `name`: by that name, or
+    /// by a local alias some file imports it under.
+    fn refs_named(&self, name: &str) -> Result<Vec<Ref>> {
+        let mut refs = self.refs_where("r.name = ?2", params![self.branch, name])?;
+        let aliases: Vec<String> = self
+            .conn
+            .prepare_cached(
+                "SELECT DISTINCT r.alias FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
+                 WHERE r.name = ?2 AND r.kind = 'import' AND r.alias IS NOT NULL AND r.alias != r.name",
+            )?
+            .query_map(params![self.branch, name], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for alias in aliases {
+            let aliased = self.refs_where("r.name = ?2 AND r.kind != 'import'", params![self.branch, alias])?;
+            refs.extend(aliased);
+        }
+        Ok(refs)
+    }
+
+    /// Resolves a symbol argument: a numeric id, `path:line` (the innermost
+    /// definition there), or a name (`name`, `Container.name`, `Container::name`).
+    pub fn lookup(&mut self, spec: &str) -> Result<Vec<Symbol>> {
+        let spec = spec.trim();
+        if !spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit()) {
+            let id: i64 = spec.parse()?;
+            return Ok(self.symbol(id)?.into_iter().collect());
+        }
+        if let Some((path, line)) = spec.rsplit_once(':') {
+            if let (Ok(line), false) = (line.parse::<u32>(), path.is_empty() || path.ends_with(':')) {
+                let path = path.trim_start_matches("./");
+                let sql = format!(
+                    "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
+                     JOIN files f ON f.id = s.file_id
+                     WHERE c.path = ?2 AND s.start_line <= ?3 AND s.end_line >= ?3
+                     ORDER BY s.start_line DESC, s.end_line ASC LIMIT 1"
+                );
+                let found = self
+                    .conn
+                    .prepare_cached(&sql)?
+                    .query_row(params![self.branch, path, line], symbol_row)
+                    .optional()?;
+                return Ok(found.into_iter().collect());
+            }
+        }
+        let direct = self.symbols_named(spec)?;
+        if !direct.is_empty() {
+            // `impl Foo` blocks stand behind the definition of Foo.
+            let defs: Vec<Symbol> = direct.iter().filter(|s| s.kind != "impl").cloned().collect();
+            return Ok(if defs.is_empty() { direct.to_vec() } else { defs });
+        }
+        let split = spec
+            .rsplit_once("::")
+            .or_else(|| spec.rsplit_once('#'))
+            .or_else(|| spec.rsplit_once('.'));
+        if let Some((container, name)) = split {
+            let container = super::extract::last_component(container).to_string();
+            let named = self.symbols_named(name)?;
+            return Ok(named
+                .iter()
+                .filter(|s| s.container.as_deref() == Some(container.as_str()))
+                .cloned()
+                .collect());
+        }
+        Ok(Vec::new())
+    }
+
+    /// Exactly one symbol for `spec`, or an [`Ambiguous`] error listing them.
+    pub fn lookup_one(&mut self, spec: &str) -> Result<Symbol> {
+        let mut found = self.lookup(spec)?;
+        match found.len() {
+            0 => bail!("no definition `{spec}` on this branch (try `ken def` or `ken search`)"),
+            1 => Ok(found.remove(0)),
+            _ => Err(Ambiguous {
+                spec: spec.to_string(),
+                candidates: found,
+            }
+            .into()),
+        }
+    }
+
+    /// Definitions by name, with optional kind and path glob filters.
+    pub fn definitions(&mut self, name: &str, kind: Option<&str>, path_glob: Option<&str>) -> Result<Vec<Symbol>> {
+        let glob = path_glob.map(crate::search::compile_path_glob).transpose()?;
+        Ok(self
+            .lookup(name)?
+            .into_iter()
+            .filter(|s| kind.is_none_or(|k| s.kind.eq_ignore_ascii_case(k)))
+            .filter(|s| glob.as_ref().is_none_or(|g| g.is_match(&s.path)))
+            .collect())
+    }
+
+    fn from_symbol(&mut self, r: &Ref) -> Result<Symbol> {
+        Ok(match r.caller {
+            Some(id) => self.symbol(id)?.unwrap_or_else(|| Symbol::module_of(r)),
+            None => Symbol::module_of(r),
+        })
+    }
+
+    /// The edges one reference makes (none when it resolves to nothing in the repository).
+    pub fn edges_of(&mut self, r: &Ref, depth: usize) -> Result<Vec<Edge>> {
+        let Resolution { targets, confidence } = self.resolve(r)?;
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let from = self.from_symbol(r)?;
+        let candidates = if confidence == Confidence::Ambiguous {
+            targets.iter().take(10).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        Ok(targets
+            .iter()
+            .map(|to| Edge {
+                kind: super::resolve::edge_kind(r, to),
+                from: from.clone(),
+                to: to.clone(),
+                confidence,
+                call_site: Site {
+                    path: r.path.clone(),
+                    line: r.line,
+                },
+                depth,
+                candidates: candidates.clone(),
+            })
+            .collect())
+    }
+
+    /// Callers or callees of `symbol` (calls, constructors, inheritance; not
+    /// imports), following calls `depth` levels (ambiguous edges are reported
+    /// but not followed).
+    pub fn call_graph(&mut self, symbol: &Symbol, direction: Direction, depth: usize) -> Result<CallGraph> {
+        let depth = depth.max(1);
+        let mut edges = Vec::new();
+        let mut seen: HashSet<i64> = HashSet::from([symbol.id]);
+        let mut frontier = vec![symbol.clone()];
+        let mut truncated = false;
+        'levels: for level in 1..=depth {
+            let mut next = Vec::new();
+            for node in &frontier {
+                let found = match direction {
+                    Direction::Callers => self.callers_of(node, level)?,
+                    Direction::Callees => self.callees_of(node, level)?,
+                };
+                // Imports serve resolution; they are not calls.
+                for edge in found.into_iter().filter(|e| e.kind != "import") {
+                    let other = match direction {
+                        Direction::Callers => &edge.from,
+                        Direction::Callees => &edge.to,
+                    };
+                    let follow = other.id != 0
+                        && edge.confidence != Confidence::Ambiguous
+                        && CALL_KINDS.contains(&edge.kind.as_str());
+                    if follow && seen.insert(other.id) {
+                        next.push(other.clone());
+                    }
+                    edges.push(edge);
+                    if edges.len() >= MAX_EDGES {
+                        truncated = true;
+                        break 'levels;
+                    }
+                }
+            }
+            frontier = next;
+        }
+        Ok(CallGraph {
+            symbol: symbol.clone(),
+            direction,
+            depth,
+            edges,
+            truncated,
+        })
+    }
+
+    /// Direct callers (and importers, subclasses) of `symbol`.
+    pub fn callers_of(&mut self, symbol: &Symbol, depth: usize) -> Result<Vec<Edge>> {
+        let mut out = Vec::new();
+        for r in self.refs_named(&symbol.name)? {
+            for edge in self.edges_of(&r, depth)? {
+                if edge.to.id == symbol.id {
+                    out.push(edge);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Direct callees (and bases, imports) of `symbol`.
+    pub fn callees_of(&mut self, symbol: &Symbol, depth: usize) -> Result<Vec<Edge>> {
+        let refs = self.refs_where("r.caller = ?2", params![self.branch, symbol.id])?;
+        let mut out = Vec::new();
+        for r in refs {
+            out.extend(self.edges_of(&r, depth)?);
+        }
+        Ok(out)
+    }
+
+    /// The shortest chain of calls from `from` to `to` (breadth first over
+    /// callees; ambiguous edges only if no path exists without them).
+    pub fn path(&mut self, from: &Symbol, to: &Symbol) -> Result<CallPath> {
+        for allow_ambiguous in [false, true] {
+            if let Some(edges) = self.shortest_path(from, to, allow_ambiguous)? {
+                return Ok(CallPath {
+                    from: from.clone(),
+                    to: to.clone(),
+                    edges,
+                });
+            }
+        }
+        Ok(CallPath {
+            from: from.clone(),
+            to: to.clone(),
+            edges: Vec::new(),
+        })
+    }
+
+    fn shortest_path(&mut self, from: &Symbol, to: &Symbol, allow_ambiguous: bool) -> Result<Option<Vec<Edge>>> {
+        const MAX_VISITED: usize = 20_000;
+        let mut came_from: HashMap<i64, Edge> = HashMap::new();
+        let mut queue = VecDeque::from([(from.clone(), 0usize)]);
+        let mut seen: HashSet<i64> = HashSet::from([from.id]);
+        while let Some((node, depth)) = queue.pop_front() {
+            if depth >= MAX_PATH_DEPTH || seen.len() > MAX_VISITED {
+                break;
+            }
+            for edge in self.callees_of(&node, depth + 1)? {
+                let usable = CALL_KINDS.contains(&edge.kind.as_str())
+                    && (allow_ambiguous || edge.confidence != Confidence::Ambiguous);
+                if !usable || !seen.insert(edge.to.id) {
+                    continue;
+                }
+                let next = edge.to.clone();
+                came_from.insert(next.id, edge);
+                if next.id == to.id {
+                    let mut chain = Vec::new();
+                    let mut at = to.id;
+                    while at != from.id {
+                        let e = came_from.remove(&at).expect("path edge recorded");
+                        at = e.from.id;
+                        chain.push(e);
+                    }
+                    chain.reverse();
+                    for (i, e) in chain.iter_mut().enumerate() {
+                        e.depth = i + 1;
+                    }
+                    return Ok(Some(chain));
+                }
+                queue.push_back((next, depth + 1));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every edge of the branch, in path and line order (for tests and benchmarks).
+    pub fn all_edges(&mut self) -> Result<Vec<Edge>> {
+        let refs = self.refs_where("1 = 1", params![self.branch])?;
+        let mut out = Vec::new();
+        for r in refs {
+            out.extend(self.edges_of(&r, 1)?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,206 @@
+//! The code graph: exact edge sets on per-language fixtures, the CLI
+//! commands, and branch-correct answers.
+//!
+//! Each `tests/fixtures/graph/<lang>/` holds a small project and `edges.txt`,
+//! every edge the graph must find in it (`from -> to kind confidence`, with
+//! `path:Container.name`) and no other.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::{git, ken, ken_json, ken_ok, write};
+use ken::graph::query::Graph;
+use ken::index::{index, IndexOptions};
+use ken::store::Store;
+
+fn fixture_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/graph")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "edges.txt" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Every edge the graph finds in the fixture of `lang`, as `describe()` lines.
+fn fixture_edges(lang: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let dir = fixture_root().join(lang);
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&dir, tmp.path());
+    let index_dir = tmp.path().join(".ken");
+    index(tmp.path(), &index_dir, &IndexOptions::default()).unwrap();
+    let store = Store::open_for_read(&index_dir).unwrap();
+    let mut graph = Graph::for_branch(&store.conn, "");
+    let found: BTreeSet<String> = graph.all_edges().unwrap().iter().map(|e| e.describe()).collect();
+    let expected: BTreeSet<String> = std::fs::read_to_string(dir.join("edges.txt"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    (found, expected)
+}
+
+#[test]
+fn every_fixture_yields_exactly_its_edges() {
+    let mut failures = Vec::new();
+    let mut langs: Vec<String> = std::fs::read_dir(fixture_root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    langs.sort();
+    let only = std::env::var("KEN_GRAPH_FIXTURE").ok();
+    for lang in langs.iter().filter(|l| only.as_deref().is_none_or(|o| o == l.as_str())) {
+        let (found, expected) = fixture_edges(lang);
+        let missing: Vec<&String> = expected.difference(&found).collect();
+        let extra: Vec<&String> = found.difference(&expected).collect();
+        if !missing.is_empty() || !extra.is_empty() {
+            failures.push(format!("{lang}:\n  missing: {missing:#?}\n  unexpected: {extra:#?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn callers(dir: &Path, symbol: &str) -> Vec<String> {
+    let out = ken_json(dir, &["callgraph", symbol, "--callers", "--json"]);
+    out["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["from"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_cli_answers_callers_callees_paths_and_definitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixture_root().join("python"), tmp.path());
+    let dir = tmp.path();
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+
+    // Callers through an import alias, JSON with call sites and confidence.
+    let out = ken_json(dir, &["callgraph", "User", "--callers", "--json"]);
+    let edges = out["edges"].as_array().unwrap();
+    let described: BTreeSet<String> = edges
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}:{} {} {}",
+                e["from"]["name"].as_str().unwrap(),
+                e["call_site"]["path"].as_str().unwrap(),
+                e["call_site"]["line"],
+                e["kind"].as_str().unwrap(),
+                e["confidence"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected: BTreeSet<String> = ["make app.py:8 constructor import".to_string()].into();
+    assert_eq!(described, expected);
+    assert_eq!(out["symbol"]["path"], "pkg/models.py");
+
+    // Callees to depth 2, as a tree.
+    let tree = ken_ok(dir, &["callgraph", "run", "--callees", "--depth", "2"]);
+    assert!(tree.starts_with("callees of run function  app.py:13"), "{tree}");
+    assert!(
+        tree.contains("│  ├─ User class  pkg/models.py:9  constructor at app.py:8 (import)"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("helper function  pkg/util.py:5  call at app.py:15 (import)"),
+        "{tree}"
+    );
+
+    // An ambiguous name lists the candidates and exits 2; path:line and ids pick one.
+    let out = ken(dir, &["callgraph", "greet"]);
+    assert_eq!(out.status.code(), Some(2));
+    let listing = String::from_utf8_lossy(&out.stderr);
+    assert!(listing.contains("pkg/models.py:13  method User.greet"), "{listing}");
+    assert!(listing.contains("pkg/other.py:2  method Admin.greet"), "{listing}");
+    assert_eq!(callers(dir, "pkg/other.py:3"), vec!["run"]);
+    assert_eq!(callers(dir, "Admin.greet"), vec!["run"]);
+
+    // The shortest path.
+    let out = ken_json(dir, &["path", "run", "validate", "--json"]);
+    let hops: Vec<&str> = out["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(hops, vec!["make", "save", "validate"]);
+    assert_eq!(ken(dir, &["path", "validate", "run"]).status.code(), Some(1));
+
+    // Definitions with kind and path filters.
+    let defs = ken_json(dir, &["def", "format_name", "--json"]);
+    assert_eq!(defs.as_array().unwrap().len(), 3);
+    let defs = ken_json(
+        dir,
+        &["def", "format_name", "--path", "pkg/**", "--kind", "function", "--json"],
+    );
+    let paths: Vec<&str> = defs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, vec!["pkg/models.py", "pkg/util.py"]);
+}
+
+#[test]
+fn a_branch_switch_changes_the_callers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    git(dir, &["init", "-q"]);
+    write(dir, "a.py", "def target():\n    return 1\n");
+    write(
+        dir,
+        "b.py",
+        "from a import target\n\n\ndef caller_one():\n    return target()\n",
+    );
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "one"]);
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+    assert_eq!(callers(dir, "target"), vec!["caller_one"]);
+
+    git(dir, &["checkout", "-qb", "feature"]);
+    write(
+        dir,
+        "b.py",
+        "from a import target\n\n\ndef caller_two():\n    return target()\n",
+    );
+    write(
+        dir,
+        "c.py",
+        "import a\n\n\ndef caller_three():\n    return a.target()\n",
+    );
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "two"]);
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+    assert_eq!(callers(dir, "target"), vec!["caller_two", "caller_three"]);
+
+    git(dir, &["checkout", "-q", "main"]);
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+    assert_eq!(callers(dir, "target"), vec!["caller_one"]);
+}
+
+#[test]
+fn an_index_without_a_graph_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(dir, "notes.md", "# Notes\n\nNothing to call here.\n");
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+    let out = ken(dir, &["callgraph", "anything"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no code graph"));
+}
