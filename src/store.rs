@@ -517,6 +517,17 @@ impl<'c> Batch<'c> {
         Ok(())
     }
 
+    /// Gives `to` the catalog of `from` (a branch indexed for the first time
+    /// starts from the branch indexed before it).
+    pub fn copy_catalog(&self, from: &str, to: &str) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO catalog (branch, path, file_id, mtime_ns, size)
+             SELECT ?2, path, file_id, mtime_ns, size FROM catalog WHERE branch = ?1",
+            params![from, to],
+        )?;
+        Ok(())
+    }
+
     /// Removes `path` from `branch`'s catalog (the file was deleted or is now skipped).
     pub fn remove_from_catalog(&self, branch: &str, path: &str) -> Result<()> {
         let previous: Option<i64> = self
