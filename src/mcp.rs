@@ -109,6 +109,9 @@ pub struct SearchOutput {
     /// Set when the search could not do everything asked (e.g. lexical only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+    /// What the index reflects: branch, commit, when indexed, pending changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<crate::freshness::Freshness>,
 }
 
 #[derive(Clone)]
@@ -116,6 +119,8 @@ pub struct KenServer {
     root: PathBuf,
     index_dir: PathBuf,
     searchers: Arc<Mutex<Vec<Searcher>>>,
+    /// The watcher of this server, if it runs one.
+    watch: Option<Arc<crate::watch::WatchState>>,
 }
 
 fn tool_error(message: impl Into<String>) -> CallToolResult {
@@ -128,6 +133,7 @@ impl KenServer {
             root,
             index_dir,
             searchers: Arc::new(Mutex::new(Vec::new())),
+            watch: None,
         }
     }
 
@@ -139,8 +145,12 @@ impl KenServer {
         let server = self.clone();
         tokio::task::spawn_blocking(move || {
             let pooled = server.searchers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            // A searcher of another branch (HEAD moved) is not reused.
             let searcher = match pooled {
-                Some(s) => s,
+                Some(mut s) => match s.refresh(&server.root) {
+                    true => s,
+                    false => Searcher::open(&server.root, &server.index_dir)?,
+                },
                 None => Searcher::open(&server.root, &server.index_dir)?,
             };
             let result = f(&searcher);
@@ -217,6 +227,7 @@ left out unless include_source_file). Useful to find duplicates or other impleme
             Ok(hits) => json_result(&SearchOutput {
                 results: to_hits(hits, true, None),
                 notice: None,
+                index: None,
             }),
             Err(e) => Ok(tool_error(format!("{e:#}"))),
         }
@@ -321,16 +332,20 @@ impl KenServer {
             max_per_file: 3,
             mode: args.mode.unwrap_or_default(),
         };
+        let (root, watch) = (self.root.clone(), self.watch.clone());
         let outcome = self
             .with_searcher(move |s| {
                 let hits = s.search(&req)?;
-                Ok((hits, s.notice()))
+                let mut index = crate::freshness::Freshness::read(s.store(), &root, false)?;
+                index.pending_changes = watch.map(|w| w.pending.load(std::sync::atomic::Ordering::SeqCst));
+                Ok((hits, s.notice(), index))
             })
             .await?;
         match outcome {
-            Ok((hits, notice)) => json_result(&SearchOutput {
+            Ok((hits, notice, index)) => json_result(&SearchOutput {
                 results: to_hits(hits, with_code, token_budget),
                 notice,
+                index: Some(index),
             }),
             Err(e) => Ok(tool_error(format!("{e:#}"))),
         }
@@ -435,11 +450,19 @@ see what the index reflects."
 )]
 impl ServerHandler for KenServer {}
 
-/// Serves MCP on stdin/stdout until the client closes stdin.
-pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
+/// Serves MCP on stdin/stdout until the client closes stdin; with `watch`,
+/// a watcher keeps the index fresh meanwhile (it logs to stderr only).
+pub fn serve(root: PathBuf, index_dir: PathBuf, watch: Option<crate::watch::WatchOptions>) -> anyhow::Result<()> {
+    let watcher = watch.and_then(|opts| {
+        crate::watch::spawn(root.clone(), index_dir.clone(), opts)
+            .map_err(|e| tracing::warn!("not watching {}: {e:#}", root.display()))
+            .ok()
+    });
+    let mut server = KenServer::new(root, index_dir);
+    server.watch = watcher.as_ref().map(|w| w.state());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let service = KenServer::new(root, index_dir)
+        let service = server
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| anyhow::anyhow!("starting the MCP server: {e}"))?;

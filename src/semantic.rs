@@ -56,6 +56,18 @@ pub fn embedding_text(context: Option<&str>, text: &str) -> String {
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
 /// brings the vector index file up to date.
 pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, progress: bool) -> Result<EmbedReport> {
+    Ok(embed_missing_until(store, branch, embedder, progress, &|| false)?.0)
+}
+
+/// [`embed_missing`] that stops between batches once `pause` says so (the
+/// watcher has lexical work); `true` with the report when nothing is left.
+pub fn embed_missing_until(
+    store: &mut Store,
+    branch: &str,
+    embedder: &dyn Embedder,
+    progress: bool,
+    pause: &dyn Fn() -> bool,
+) -> Result<(EmbedReport, bool)> {
     let started = Instant::now();
     let model = embedder.id().to_string();
     let contents = store::count(
@@ -84,7 +96,12 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     let mut last_publish = Instant::now();
     let shared = SharedCache::open();
     let mut from_cache = 0u64;
+    let mut finished = true;
     for batch in todo.chunks(embedder.preferred_batch().max(1)) {
+        if pause() {
+            finished = false;
+            break;
+        }
         let (vectors, cached) = embed_batch(embedder, shared.as_ref(), batch)?;
         from_cache += cached;
         let tx = store.conn.transaction()?;
@@ -108,7 +125,7 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
     }
     bar.finish_and_clear();
     let in_index = publish(store, embedder)?;
-    Ok(EmbedReport {
+    let report = EmbedReport {
         model,
         contents,
         embedded,
@@ -116,7 +133,8 @@ pub fn embed_missing(store: &mut Store, branch: &str, embedder: &dyn Embedder, p
         reused: contents.saturating_sub(embedded),
         vectors_in_index: in_index as u64,
         seconds: started.elapsed().as_secs_f64(),
-    })
+    };
+    Ok((report, finished))
 }
 
 /// Vectors for a batch: from the shared cache where it has them, the rest
