@@ -70,8 +70,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Serve MCP over stdio for coding agents (the root defaults to the working directory).
-    Serve,
+    /// Serve MCP over stdio for coding agents (the root defaults to the working
+    /// directory); a watcher keeps the index fresh meanwhile.
+    Serve {
+        /// Do not watch the root (index only when asked, with index_codebase).
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Keep the index fresh: re-index what changes (saves, checkouts) until interrupted.
+    Watch(WatchArgs),
     /// Compute the missing embeddings of the index (the second phase of `ken index`).
     Embed {
         #[arg(short, long)]
@@ -134,6 +141,30 @@ struct IndexArgs {
     /// No progress bar and no summary.
     #[arg(short, long)]
     quiet: bool,
+    /// Allow indexing `/` or the home folder.
+    #[arg(long)]
+    allow_broad_root: bool,
+}
+
+#[derive(Args, Debug)]
+struct WatchArgs {
+    /// Folder to watch (default: the root).
+    path: Option<PathBuf>,
+    /// Milliseconds a path must be quiet before it is re-indexed.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    debounce_ms: u64,
+    /// Lexical index only: no embeddings for new chunks.
+    #[arg(long)]
+    no_embed: bool,
+    /// Poll for changes instead of inotify (network file systems).
+    #[arg(long)]
+    poll: bool,
+    /// One JSON line per event (ready, update, embedded, gc, warning) on stderr.
+    #[arg(long)]
+    json: bool,
+    /// Allow watching `/` or the home folder.
+    #[arg(long)]
+    allow_broad_root: bool,
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +193,10 @@ struct SearchArgs {
     /// How candidates are found.
     #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
     mode: SearchMode,
+    /// Also say what the index reflects (branch, commit, indexed-at, pending
+    /// changes); with --json the output becomes {"index": ..., "results": [...]}.
+    #[arg(long)]
+    freshness: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -259,6 +294,7 @@ fn run(cli: Cli) -> Result<i32> {
             let root = root
                 .canonicalize()
                 .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
+            crate::watch::check_root(&root, args.allow_broad_root)?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let opts = IndexOptions {
                 discover: DiscoverOptions {
@@ -331,8 +367,19 @@ fn run(cli: Cli) -> Result<i32> {
             for notice in notices {
                 eprintln!("ken: {notice}");
             }
-            if args.json {
-                print_json_hits(&hits)?;
+            let freshness = if args.freshness {
+                Some(crate::freshness::Freshness::read(searcher.store(), &root, true)?)
+            } else {
+                None
+            };
+            if let (Some(f), false) = (&freshness, args.json) {
+                eprintln!("ken: the index reflects {}", f.describe());
+            }
+            if let (Some(f), true) = (&freshness, args.json) {
+                let value = serde_json::json!({"index": f, "results": json_hits(&hits)?});
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else if args.json {
+                println!("{}", serde_json::to_string_pretty(&json_hits(&hits)?)?);
             } else {
                 print_hits(&hits, &req.query);
             }
@@ -368,7 +415,7 @@ fn run(cli: Cli) -> Result<i32> {
                 .map(|h| (kb::PROJECT.to_string(), h))
                 .collect();
             if json {
-                print_json_hits(&hits)?;
+                println!("{}", serde_json::to_string_pretty(&json_hits(&hits)?)?);
             } else {
                 print_hits(&hits, &target);
             }
@@ -400,7 +447,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Serve => {
+        Command::Serve { no_watch } => {
             let root = match &cli.root {
                 Some(r) => r
                     .canonicalize()
@@ -408,7 +455,34 @@ fn run(cli: Cli) -> Result<i32> {
                 None => std::env::current_dir()?,
             };
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
-            crate::mcp::serve(root, index_dir)?;
+            let watch = (!no_watch).then(crate::watch::WatchOptions::default);
+            crate::mcp::serve(root, index_dir, watch)?;
+            Ok(0)
+        }
+        Command::Watch(args) => {
+            let root = match (&args.path, &cli.root) {
+                (Some(p), _) => p.clone(),
+                (None, Some(r)) => r.clone(),
+                (None, None) => std::env::current_dir()?,
+            };
+            let root = root
+                .canonicalize()
+                .with_context(|| format!("cannot watch {}: no such directory", root.display()))?;
+            crate::watch::check_root(&root, args.allow_broad_root)?;
+            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let defaults = crate::watch::WatchOptions::default();
+            let opts = crate::watch::WatchOptions {
+                debounce: Duration::from_millis(args.debounce_ms.max(1)),
+                embed: !args.no_embed,
+                poll: args.poll || defaults.poll,
+                json_events: args.json,
+                ..defaults
+            };
+            if !args.json && cli.verbose == 0 {
+                eprintln!("ken: watching {} (Ctrl-C stops; -v shows each update)", root.display());
+            }
+            let state = crate::watch::WatchState::default();
+            crate::watch::run(&root, &index_dir, &opts, stop_on_signal(), &state)?;
             Ok(0)
         }
         Command::Embed { quiet } => {
@@ -606,6 +680,20 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// A flag set by SIGINT or SIGTERM (for `ken watch` to stop cleanly).
+fn stop_on_signal() -> &'static std::sync::atomic::AtomicBool {
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    extern "C" fn on_signal(_: libc::c_int) {
+        STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    &STOP
+}
+
 /// Starts `ken embed` for `root` as a detached process that outlives this one.
 fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
     use std::os::unix::process::CommandExt;
@@ -758,7 +846,7 @@ fn print_hits(hits: &[BaseHit], query: &str) {
 }
 
 /// Results as a JSON array: each hit's fields plus the base it comes from.
-fn print_json_hits(hits: &[BaseHit]) -> Result<()> {
+fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     #[derive(serde::Serialize)]
     struct JsonHit<'a> {
         base: &'a str,
@@ -766,6 +854,5 @@ fn print_json_hits(hits: &[BaseHit]) -> Result<()> {
         hit: &'a SearchHit,
     }
     let rows: Vec<JsonHit> = hits.iter().map(|(base, hit)| JsonHit { base, hit }).collect();
-    println!("{}", serde_json::to_string_pretty(&rows)?);
-    Ok(())
+    Ok(serde_json::to_value(rows)?)
 }

@@ -180,6 +180,8 @@ pub struct Candidate {
 #[derive(Debug, Default)]
 pub struct Discovery {
     pub files: Vec<Candidate>,
+    /// The folders the walk entered (what a watcher watches).
+    pub dirs: Vec<PathBuf>,
     pub skipped: SkipCounts,
     /// Walk errors (unreadable directories, broken links), not fatal.
     pub errors: Vec<String>,
@@ -187,7 +189,71 @@ pub struct Discovery {
 
 /// Walks `root` and returns the candidate files, sorted by path.
 pub fn discover(root: &Path, opts: &DiscoverOptions) -> Discovery {
-    let mut builder = WalkBuilder::new(root);
+    discover_from(root, &[Start::Tree(root.to_path_buf())], opts)
+}
+
+/// Where a partial walk looks (for the watcher, which knows what changed).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Start {
+    /// The files directly in this folder (already known to be indexed).
+    Files(PathBuf),
+    /// Everything under this folder, if the ignore rules let the walk into it.
+    Tree(PathBuf),
+}
+
+impl Start {
+    /// Whether `rel_path` (relative to `root`) is a file this start looks at.
+    pub fn covers(&self, root: &Path, rel_path: &str) -> bool {
+        let Some(dir) = relative_path(root, self.path()) else {
+            return false;
+        };
+        match self {
+            Start::Files(_) => rel_path.rsplit_once('/').map_or("", |(parent, _)| parent) == dir,
+            Start::Tree(_) => dir.is_empty() || rel_path.strip_prefix(dir.as_str()).is_some_and(|r| r.starts_with('/')),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Start::Files(p) | Start::Tree(p) => p,
+        }
+    }
+}
+
+/// Walks only `starts` (folders under `root`), with the same rules as a
+/// walk of the whole root; candidates sorted by path, each once.
+pub fn discover_from(root: &Path, starts: &[Start], opts: &DiscoverOptions) -> Discovery {
+    let mut out = Discovery::default();
+    for start in starts {
+        let mut found = walk(root, start, opts);
+        merge(&mut out, &mut found);
+    }
+    out.files.sort_unstable_by(|a, b| a.rel_path.cmp(&b.rel_path));
+    out.files.dedup_by(|a, b| a.rel_path == b.rel_path);
+    out.dirs.sort_unstable();
+    out.dirs.dedup();
+    out
+}
+
+/// Whether the walk never enters a folder of this name.
+pub fn is_excluded_dir(name: &str, default_excludes: bool) -> bool {
+    name == ".ken" || name == ".git" || (default_excludes && DEFAULT_EXCLUDED_DIRS.contains(&name))
+}
+
+fn walk(root: &Path, start: &Start, opts: &DiscoverOptions) -> Discovery {
+    // A tree below the root is walked from its parent, so the ignore rules
+    // (and the hidden and excluded names) decide whether to enter it.
+    let (from, max_depth, only_under) = match start {
+        Start::Files(dir) => (dir.clone(), Some(1), None),
+        Start::Tree(dir) => match dir.parent().filter(|_| dir != root) {
+            Some(parent) => (parent.to_path_buf(), None, Some(dir.clone())),
+            None => (dir.clone(), None, None),
+        },
+    };
+    if !from.is_dir() {
+        return Discovery::default();
+    }
+    let mut builder = WalkBuilder::new(&from);
     builder
         .hidden(true)
         .parents(true)
@@ -197,19 +263,21 @@ pub fn discover(root: &Path, opts: &DiscoverOptions) -> Discovery {
         .git_exclude(true)
         .require_git(false)
         .follow_links(false)
+        .max_depth(max_depth)
         .add_custom_ignore_filename(".kenignore")
         .threads(opts.threads);
     let default_excludes = opts.default_excludes;
     builder.filter_entry(move |entry| {
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        if !is_dir || entry.depth() == 0 {
+        if entry.depth() == 0 {
             return true;
         }
-        let name = entry.file_name().to_string_lossy();
-        if name == ".ken" || name == ".git" {
-            return false;
+        if let Some(under) = &only_under {
+            if entry.depth() == 1 && entry.path() != under {
+                return false;
+            }
         }
-        !(default_excludes && DEFAULT_EXCLUDED_DIRS.contains(&name.as_ref()))
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        !is_dir || !is_excluded_dir(&entry.file_name().to_string_lossy(), default_excludes)
     });
 
     let result = Mutex::new(Discovery::default());
@@ -246,6 +314,7 @@ impl Drop for ThreadLocal<'_> {
 
 fn merge(into: &mut Discovery, from: &mut Discovery) {
     into.files.append(&mut from.files);
+    into.dirs.append(&mut from.dirs);
     into.errors.append(&mut from.errors);
     for (reason, n) in std::mem::take(&mut from.skipped) {
         *into.skipped.entry(reason).or_default() += n;
@@ -257,6 +326,7 @@ fn visit(root: &Path, entry: &ignore::DirEntry, opts: &DiscoverOptions, out: &mu
         return;
     };
     if file_type.is_dir() {
+        out.dirs.push(entry.path().to_path_buf());
         return;
     }
     let skip = |out: &mut Discovery, reason| *out.skipped.entry(reason).or_default() += 1;

@@ -1,5 +1,8 @@
-//! What git says about a root: the branch (the key of the index catalog) and
-//! the HEAD commit. Read straight from `.git` so a plain folder costs nothing.
+//! What git says about a root: the branch (the key of the index catalog),
+//! the HEAD commit, whether it is a linked worktree, and which local branches
+//! exist (for garbage-collecting the catalogs of deleted ones). Read with
+//! libgit2 (`git2`, vendored); where libgit2 cannot open the repository (an
+//! unusual layout, a repository of another owner), straight from `.git`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,8 @@ pub struct Head {
     pub detached: bool,
     /// The repository's git directory (for a worktree: its own one).
     pub git_dir: Option<PathBuf>,
+    /// A linked worktree (`git worktree add`), whose HEAD lives in its own git directory.
+    pub worktree: bool,
 }
 
 impl Head {
@@ -69,6 +74,77 @@ fn common_dir(git_dir: &Path) -> PathBuf {
 }
 
 pub fn head(root: &Path) -> Head {
+    head_with_libgit2(root).unwrap_or_else(|| head_from_files(root))
+}
+
+/// Opens the repository governing `root` with libgit2.
+fn open_repository(root: &Path) -> Option<git2::Repository> {
+    find_git_dir(root)?;
+    git2::Repository::discover(root).ok()
+}
+
+fn head_with_libgit2(root: &Path) -> Option<Head> {
+    let repo = open_repository(root)?;
+    let git_dir = repo.path().to_path_buf();
+    let worktree = repo.is_worktree();
+    // An unborn branch (no commit yet) has a symbolic HEAD but no target.
+    let head_ref = repo.find_reference("HEAD").ok()?;
+    let head = match head_ref.symbolic_target().ok()? {
+        Some(target) => Head {
+            branch: Some(target.strip_prefix("refs/heads/").unwrap_or(target).to_string()),
+            commit: head_ref
+                .resolve()
+                .ok()
+                .and_then(|r| r.target())
+                .map(|id| id.to_string()),
+            detached: false,
+            git_dir: Some(git_dir),
+            worktree,
+        },
+        None => Head {
+            branch: None,
+            commit: head_ref.target().map(|id| id.to_string()),
+            detached: true,
+            git_dir: Some(git_dir),
+            worktree,
+        },
+    };
+    Some(head)
+}
+
+/// The local branch names of the repository governing `root`; `None`
+/// outside git or when they cannot be listed (then nothing is collected).
+pub fn local_branches(root: &Path) -> Option<Vec<String>> {
+    let repo = open_repository(root)?;
+    let branches = repo.branches(Some(git2::BranchType::Local)).ok()?;
+    let mut names = Vec::new();
+    for branch in branches {
+        let (branch, _) = branch.ok()?;
+        names.push(branch.name().ok()??.to_string());
+    }
+    Some(names)
+}
+
+/// Folders to watch for HEAD moving, with whether to watch them recursively:
+/// the (worktree's) git directory for `HEAD`, the shared one for
+/// `packed-refs`, and the branch refs (a commit, a branch created or deleted).
+pub fn head_watch_dirs(git_dir: &Path) -> Vec<(PathBuf, bool)> {
+    let common = common_dir(git_dir);
+    let mut dirs = vec![(git_dir.to_path_buf(), false)];
+    if common != git_dir {
+        dirs.push((common.clone(), false));
+    }
+    dirs.push((common.join("refs").join("heads"), true));
+    dirs
+}
+
+/// Whether a change to `path` (inside a git directory) can move HEAD.
+pub fn is_head_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    matches!(name, "HEAD" | "packed-refs") || path.components().any(|c| c.as_os_str() == "refs")
+}
+
+fn head_from_files(root: &Path) -> Head {
     let Some(git_dir) = find_git_dir(root) else {
         return Head::default();
     };
@@ -87,6 +163,7 @@ pub fn head(root: &Path) -> Head {
             branch: Some(branch),
             commit,
             detached: false,
+            worktree: git_dir.join("commondir").is_file(),
             git_dir: Some(git_dir),
         }
     } else {
@@ -94,6 +171,7 @@ pub fn head(root: &Path) -> Head {
             branch: None,
             commit: Some(text.to_string()),
             detached: true,
+            worktree: git_dir.join("commondir").is_file(),
             git_dir: Some(git_dir),
         }
     }

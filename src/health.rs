@@ -3,13 +3,13 @@
 //! could give wrong answers); warnings are staleness (files changed since the
 //! last index, vectors still missing).
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::discover::{self, DiscoverOptions};
+use crate::discover::DiscoverOptions;
+use crate::freshness::{pending_changes, Pending};
 use crate::git;
 use crate::store::{self, Store};
 use crate::vectors::{self, VectorIndex};
@@ -80,7 +80,7 @@ const TABLE_CHECKS: &[(&str, Severity, &str, &str, &str)] = &[
 ];
 
 pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport> {
-    let store = if repair {
+    let mut store = if repair {
         Store::open_for_write(index_dir)?
     } else {
         Store::open_for_read(index_dir)?
@@ -180,23 +180,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
     }
 
     // Files changed on disk since the last index (what a re-index would do).
-    let catalog = store.catalog(&branch)?;
-    let found = discover::discover(root, &DiscoverOptions::default());
-    let on_disk: HashSet<&str> = found.files.iter().map(|c| c.rel_path.as_str()).collect();
-    let changed = found
-        .files
-        .iter()
-        .filter(|c| match catalog.get(&c.rel_path) {
-            None => true,
-            Some(e) if e.size != c.size as i64 => true,
-            // mtime 0: written too recently to trust its mtime; compare contents.
-            Some(e) if e.mtime_ns == 0 => {
-                std::fs::read(&c.abs_path).map_or(true, |b| store::content_hash(&b) != e.content_hash)
-            }
-            Some(e) => e.mtime_ns != c.mtime_ns,
-        })
-        .count() as u64;
-    let deleted = catalog.keys().filter(|p| !on_disk.contains(p.as_str())).count() as u64;
+    let Pending { changed, deleted } = pending_changes(&store, root, &branch, &DiscoverOptions::default())?;
     if changed + deleted > 0 {
         findings.push(Finding {
             check: "files_changed_since_indexing".into(),
@@ -204,6 +188,18 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
             count: changed + deleted,
             message: format!("{changed} files new or changed and {deleted} deleted since the last index (`ken index`)"),
             repaired: false,
+        });
+    }
+    // Branches deleted from git: their catalogs (and what only they use) can go.
+    let dead = crate::watch::dead_branches(&store, root)?;
+    if !dead.is_empty() {
+        let repaired = repair && crate::watch::drop_branches(&mut store, &dead).is_ok();
+        findings.push(Finding {
+            check: "deleted_branches".into(),
+            severity: Severity::Warning,
+            count: dead.len() as u64,
+            message: format!("catalogs of branches git no longer has: {}", dead.join(", ")),
+            repaired,
         });
     }
     let healthy = findings.iter().all(|f| f.severity < Severity::Error || f.repaired);

@@ -101,6 +101,23 @@ enum Outcome {
 
 /// Indexes `root` into the index at `index_dir`.
 pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<IndexReport> {
+    index_scoped(root, index_dir, opts, None)
+}
+
+/// Like [`index`], but when `scope` is given only the files under those
+/// starts are compared with the catalog (the watcher names what changed).
+/// A branch with no catalog yet is always indexed whole.
+///
+/// A branch indexed for the first time starts from the catalog of the
+/// branch indexed last (files with the same size and mtime are not read
+/// again), and a run on another branch than the last one commits as one
+/// transaction: a search never sees a half-switched branch.
+pub fn index_scoped(
+    root: &Path,
+    index_dir: &Path,
+    opts: &IndexOptions,
+    scope: Option<&[discover::Start]>,
+) -> Result<IndexReport> {
     let started = Instant::now();
     let root = root
         .canonicalize()
@@ -122,13 +139,26 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     }
     store.set_meta("chunking", &chunking)?;
 
-    let found = discover::discover(&root, &opts.discover);
+    let mut catalog = store.catalog(&branch)?;
+    let last_branch = store.meta(INDEXED_BRANCH)?;
+    let switched = last_branch.as_deref().is_some_and(|b| b != branch);
+    let mut seed_from = None;
+    if catalog.is_empty() {
+        if let Some(previous) = last_branch.filter(|b| *b != branch) {
+            catalog = store.catalog(&previous)?;
+            seed_from = Some(previous).filter(|_| !catalog.is_empty());
+        }
+    }
+    let scope = scope.filter(|_| seed_from.is_none() && !catalog.is_empty());
+    let found = match scope {
+        Some(starts) => discover::discover_from(&root, starts, &opts.discover),
+        None => discover::discover(&root, &opts.discover),
+    };
     tracing::info!(
         "indexing: {} files found in {:.2} s",
         found.files.len(),
         started.elapsed().as_secs_f64()
     );
-    let catalog = store.catalog(&branch)?;
     let known_versions = known_versions(&store)?;
     let mut report = IndexReport {
         root: root.display().to_string(),
@@ -143,6 +173,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
     let mut seen: HashSet<&str> = HashSet::with_capacity(found.files.len());
+    let in_scope = |path: &str| scope.is_none_or(|starts| starts.iter().any(|s| s.covers(&root, path)));
     let mut changed = Vec::new();
     for cand in &found.files {
         seen.insert(cand.rel_path.as_str());
@@ -160,22 +191,31 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     let bulk = changed.len() >= BULK_FILES;
     store.set_lexical_automerge(if bulk { 0 } else { DEFAULT_AUTOMERGE })?;
 
+    // Paths gone from disk leave the catalog (in the writer's last batch).
+    let unseen: Vec<String> = catalog
+        .keys()
+        .filter(|p| !seen.contains(p.as_str()) && in_scope(p))
+        .cloned()
+        .collect();
     let mut progress = opts.reporter.phase("indexing", "files", changed.len() as u64);
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
     let limits = opts.limits;
     let graph = opts.graph;
+    let plan = WritePlan {
+        branch: &branch,
+        catalog: &catalog,
+        batch_files: if switched || seed_from.is_some() {
+            usize::MAX
+        } else {
+            opts.batch_files
+        },
+        run_start_ns,
+        seed_from: seed_from.as_deref(),
+        unseen,
+        reporter: &opts.reporter,
+    };
     let writer_result = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| {
-            write_outcomes(
-                &mut store,
-                &branch,
-                &catalog,
-                rx,
-                &mut progress,
-                opts.batch_files,
-                run_start_ns,
-            )
-        });
+        let writer = scope.spawn(|| write_outcomes(&mut store, &plan, rx, &mut progress));
         changed.into_par_iter().for_each_with(tx, |tx, cand| {
             if opts.reporter.is_cancelled() {
                 return;
@@ -197,21 +237,7 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
         *report.skipped.entry(reason).or_default() += n;
     }
     report.warnings.extend(written.warnings);
-
-    // Paths gone from disk, or now skipped, leave the catalog.
-    let skipped_now: HashSet<&str> = written.skipped_paths.iter().map(String::as_str).collect();
-    let removed: Vec<&String> = catalog
-        .keys()
-        .filter(|p| !seen.contains(p.as_str()) || skipped_now.contains(p.as_str()))
-        .collect();
-    if !removed.is_empty() {
-        let batch = Batch::begin(&mut store)?;
-        for path in &removed {
-            batch.remove_from_catalog(&branch, path)?;
-        }
-        batch.commit()?;
-    }
-    report.removed = removed.len() as u64;
+    report.removed = written.removed;
 
     tracing::info!("indexing: files written after {:.2} s", started.elapsed().as_secs_f64());
     let changes = report.parsed + report.removed;
@@ -232,10 +258,9 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
     store.set_meta("chunk_count", &all_chunks.to_string())?;
     store.set_meta("last_indexed_at", &now_rfc3339())?;
     store.set_meta("root", &report.root)?;
+    store.set_meta(INDEXED_BRANCH, &branch)?;
     store.set_meta("last_index_report", &serde_json::to_string(&report)?)?;
-    if let Some(commit) = &head.commit {
-        store.set_meta("head_commit", commit)?;
-    }
+    store.set_meta("head_commit", head.commit.as_deref().unwrap_or(""))?;
     Ok(report)
 }
 
@@ -306,8 +331,26 @@ fn read_and_chunk(
     }
 }
 
+/// The meta key of the catalog key indexed last.
+pub const INDEXED_BRANCH: &str = "indexed_branch";
+
+/// What the writer thread is to do besides storing outcomes.
+struct WritePlan<'a> {
+    branch: &'a str,
+    /// The catalog compared against (the branch's own, or the one it is seeded from).
+    catalog: &'a HashMap<String, CatalogEntry>,
+    batch_files: usize,
+    run_start_ns: i64,
+    /// Copy this branch's catalog first (a branch indexed for the first time).
+    seed_from: Option<&'a str>,
+    /// Catalog paths not found on disk.
+    unseen: Vec<String>,
+    reporter: &'a Reporter,
+}
+
 #[derive(Default)]
 struct Written {
+    removed: u64,
     parsed: u64,
     reused: u64,
     unchanged: u64,
@@ -318,18 +361,20 @@ struct Written {
     warnings: Vec<String>,
 }
 
-/// The single writer: stores outcomes in transactions of `batch_files` files.
+/// The single writer: stores outcomes in transactions of `batch_files` files;
+/// the last one also removes what left the catalog.
 fn write_outcomes(
     store: &mut Store,
-    branch: &str,
-    catalog: &HashMap<String, CatalogEntry>,
+    plan: &WritePlan,
     rx: mpsc::Receiver<Outcome>,
     progress: &mut Phase,
-    batch_files: usize,
-    run_start_ns: i64,
 ) -> Result<Written> {
+    let (branch, catalog, run_start_ns) = (plan.branch, plan.catalog, plan.run_start_ns);
     let mut written = Written::default();
     let mut batch = Batch::begin(store)?;
+    if let Some(from) = plan.seed_from {
+        batch.copy_catalog(from, branch)?;
+    }
     let mut in_batch = 0usize;
     // A file modified within the last two seconds may change again within the
     // same mtime tick; storing mtime 0 makes the next run re-read it.
@@ -382,10 +427,21 @@ fn write_outcomes(
             batch.set_catalog(branch, &candidate.rel_path, file_id, mtime, candidate.size as i64)?;
         }
         in_batch += 1;
-        if in_batch >= batch_files {
+        if in_batch >= plan.batch_files {
             batch.commit()?;
             batch = Batch::begin(store)?;
             in_batch = 0;
+        }
+    }
+    // A branch switch is one transaction: cancelled, it leaves the catalog as it was.
+    if plan.batch_files == usize::MAX && plan.reporter.is_cancelled() {
+        return Ok(written);
+    }
+    // Paths gone from disk, or now skipped, leave the catalog.
+    for path in plan.unseen.iter().chain(&written.skipped_paths) {
+        if catalog.contains_key(path) {
+            batch.remove_from_catalog(branch, path)?;
+            written.removed += 1;
         }
     }
     batch.commit()?;

@@ -219,6 +219,9 @@ pub struct SearchOutput {
     /// an index run in progress).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+    /// What the index reflects: branch, commit, when indexed, pending changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<crate::freshness::Freshness>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -298,6 +301,15 @@ pub struct KnowledgeBaseRemoved {
     pub removed: KnowledgeBase,
 }
 
+/// What a search of every base found.
+struct BasesFound {
+    hits: Vec<BaseHit>,
+    bases: Vec<KnowledgeBase>,
+    notices: Vec<String>,
+    /// What the project's index reflects.
+    index: crate::freshness::Freshness,
+}
+
 /// Idle searchers per base (`project` or a knowledge base's name).
 #[derive(Default)]
 struct SearcherPool {
@@ -313,7 +325,11 @@ impl SearcherPool {
             .get_mut(base)
             .and_then(Vec::pop);
         match pooled {
-            Some(s) => Ok(s),
+            // A searcher of another branch (HEAD moved) is not reused.
+            Some(mut s) => match s.refresh(root) {
+                true => Ok(s),
+                false => Searcher::open(root, index_dir),
+            },
             None => Searcher::open(root, index_dir),
         }
     }
@@ -400,6 +416,8 @@ pub struct KenServer {
     pool: Arc<SearcherPool>,
     metrics: Arc<Metrics>,
     jobs: Arc<Jobs>,
+    /// The watcher of this server, if it runs one.
+    watch: Option<Arc<crate::watch::WatchState>>,
 }
 
 fn tool_error(message: impl Into<String>) -> CallToolResult {
@@ -429,6 +447,7 @@ impl KenServer {
             pool: Arc::default(),
             metrics: Arc::default(),
             jobs: Arc::default(),
+            watch: None,
         }
     }
 
@@ -481,7 +500,11 @@ impl KenServer {
     /// on a thread of its own; searches meanwhile are lexical for new code.
     fn start_background_embedding(&self) {
         self.jobs.stop_embedding();
-        let mut targets = vec![(PROJECT.to_string(), self.root.clone(), self.index_dir.clone())];
+        let mut targets = Vec::new();
+        // A watcher embeds the project itself, between its updates.
+        if self.watch.is_none() {
+            targets.push((PROJECT.to_string(), self.root.clone(), self.index_dir.clone()));
+        }
         for base in self.knowledge_bases() {
             let dir = base.index_dir(&self.index_dir);
             targets.push((base.name, PathBuf::from(base.path), dir));
@@ -900,7 +923,12 @@ impl KenServer {
         let server = self.clone();
         let started = Instant::now();
         let outcome = blocking(move || server.search_bases(&req, only.as_deref())).await?;
-        let (hits, bases, mut notices) = match outcome {
+        let BasesFound {
+            hits,
+            bases,
+            mut notices,
+            index,
+        } = match outcome {
             Ok(found) => found,
             Err(e) => return Ok(tool_error(format!("{e:#}"))),
         };
@@ -910,15 +938,12 @@ impl KenServer {
         json_result(&SearchOutput {
             results: to_hits(hits, &bases, with_code, token_budget),
             notice: (!notices.is_empty()).then(|| notices.join("; ")),
+            index: Some(index),
         })
     }
 
     /// Searches the project and the knowledge bases with pooled searchers.
-    fn search_bases(
-        &self,
-        req: &SearchRequest,
-        only: Option<&str>,
-    ) -> anyhow::Result<(Vec<BaseHit>, Vec<KnowledgeBase>, Vec<String>)> {
+    fn search_bases(&self, req: &SearchRequest, only: Option<&str>) -> anyhow::Result<BasesFound> {
         let bases = self.knowledge_bases();
         if let Some(name) = only {
             anyhow::ensure!(
@@ -940,13 +965,26 @@ impl KenServer {
         }
         let refs: Vec<(KnowledgeBase, &Searcher)> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
         let outcome = kb::search_all(&project, &refs, req, only);
+        let freshness = self.freshness(&project);
         self.pool.give(PROJECT, project);
         for (base, searcher) in opened {
             self.pool.give(&base.name, searcher);
         }
         let (hits, more) = outcome?;
         notices.extend(more);
-        Ok((hits, bases, notices))
+        Ok(BasesFound {
+            hits,
+            bases,
+            notices,
+            index: freshness?,
+        })
+    }
+
+    /// What the project's index reflects, with the watcher's pending changes.
+    fn freshness(&self, project: &Searcher) -> anyhow::Result<crate::freshness::Freshness> {
+        let mut index = crate::freshness::Freshness::read(project.store(), &self.root, false)?;
+        index.pending_changes = self.watch.as_ref().map(|w| w.pending.load(Ordering::SeqCst));
+        Ok(index)
     }
 
     async fn similar_tool(&self, args: SimilarArgs) -> Result<CallToolResult, ErrorData> {
@@ -975,6 +1013,7 @@ impl KenServer {
                     None,
                 ),
                 notice: self.jobs_notice(),
+                index: None,
             }),
             Err(e) => Ok(tool_error(format!("{e:#}"))),
         }
@@ -1289,8 +1328,9 @@ index_codebase after large changes. add_knowledge_base makes documentation or an
 )]
 impl ServerHandler for KenServer {}
 
-/// Serves MCP on stdin/stdout until the client closes stdin.
-pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
+/// Serves MCP on stdin/stdout until the client closes stdin; with `watch`,
+/// a watcher keeps the index fresh meanwhile.
+pub fn serve(root: PathBuf, index_dir: PathBuf, watch: Option<crate::watch::WatchOptions>) -> anyhow::Result<()> {
     let log = log_path(&index_dir);
     if let Err(e) = crate::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());
@@ -1300,9 +1340,17 @@ pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
         root.display(),
         index_dir.display()
     );
+    // The watcher logs to stderr and the log file only; it stops when dropped.
+    let watcher = watch.and_then(|opts| {
+        crate::watch::spawn(root.clone(), index_dir.clone(), opts)
+            .map_err(|e| tracing::warn!("not watching {}: {e:#}", root.display()))
+            .ok()
+    });
+    let mut server = KenServer::new(root, index_dir);
+    server.watch = watcher.as_ref().map(|w| w.state());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(async move {
-        let service = KenServer::new(root, index_dir)
+        let service = server
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| anyhow::anyhow!("starting the MCP server: {e}"))?;
@@ -1315,6 +1363,7 @@ pub fn serve(root: PathBuf, index_dir: PathBuf) -> anyhow::Result<()> {
     tracing::info!("the client closed the connection; stopping");
     // Work still running (an index run, embeddings) commits in batches: stopping it loses nothing.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    drop(watcher);
     served
 }
 

@@ -96,6 +96,15 @@ pub struct Searcher {
 struct SemanticSide {
     embedder: Box<dyn Embedder>,
     vectors: VectorIndex,
+    dimensions: usize,
+    /// Identity of the vector file opened (a republished file is a new inode).
+    stamp: Option<(u64, std::time::SystemTime)>,
+}
+
+fn vector_file_stamp(store: &Store, model: &str) -> Option<(u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(crate::vectors::vectors_path(&store.dir, model)).ok()?;
+    Some((meta.ino(), meta.modified().ok()?))
 }
 
 #[derive(Default)]
@@ -133,11 +142,18 @@ impl Searcher {
     pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
         let store = Store::open_for_read(index_dir)?;
         let branch = git::head(root).catalog_key();
-        let indexed: bool = store.conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)",
-            [&branch],
-            |r| r.get(0),
-        )?;
+        let has_catalog = || -> Result<bool> {
+            let sql = "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)";
+            Ok(store.conn.query_row(sql, [&branch], |r| r.get(0))?)
+        };
+        let mut indexed = has_catalog()?;
+        // Just after a checkout a watcher is indexing the branch (in one
+        // transaction): wait for it rather than fail or mix branches.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !indexed && std::time::Instant::now() < deadline && crate::freshness::live_watcher(&store)?.is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            indexed = has_catalog()?;
+        }
         if !indexed {
             let any: bool = store
                 .conn
@@ -159,6 +175,29 @@ impl Searcher {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Keeps a long-lived searcher in step with the index: `false` when HEAD
+    /// is now on another branch (open a new searcher); a republished vector
+    /// file is reopened (the query embedder is kept).
+    pub fn refresh(&mut self, root: &Path) -> bool {
+        if git::head(root).catalog_key() != self.branch {
+            return false;
+        }
+        if let Some(side) = self.semantic.get_mut() {
+            let model = side.embedder.id().to_string();
+            let stamp = vector_file_stamp(&self.store, &model);
+            if stamp != side.stamp {
+                match VectorIndex::open(&self.store, &model, side.dimensions) {
+                    Ok(Some(vectors)) => {
+                        side.vectors = vectors;
+                        side.stamp = stamp;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        true
     }
 
     pub fn branch(&self) -> &str {
@@ -286,10 +325,16 @@ impl Searcher {
                 .map_err(|e| e.to_string())?
                 .and_then(|d| d.parse().ok())
                 .unwrap_or(embedder.dimensions());
+            let stamp = vector_file_stamp(&self.store, &model);
             let vectors = VectorIndex::open(&self.store, &model, dimensions)
                 .map_err(|e| format!("{e:#}"))?
                 .ok_or("the vector index file is missing; run `ken index` to rebuild it")?;
-            Ok(SemanticSide { embedder, vectors })
+            Ok(SemanticSide {
+                embedder,
+                vectors,
+                dimensions,
+                stamp,
+            })
         };
         let side = load()?;
         Ok(self.semantic.get_or_init(|| side))

@@ -62,6 +62,18 @@ pub fn embed_missing(
     embedder: &dyn Embedder,
     reporter: &Reporter,
 ) -> Result<EmbedReport> {
+    Ok(embed_missing_until(store, branch, embedder, reporter, &|| false)?.0)
+}
+
+/// [`embed_missing`] that stops between batches once `pause` says so (the
+/// watcher has lexical work); `true` with the report when nothing is left.
+pub fn embed_missing_until(
+    store: &mut Store,
+    branch: &str,
+    embedder: &dyn Embedder,
+    reporter: &Reporter,
+    pause: &dyn Fn() -> bool,
+) -> Result<(EmbedReport, bool)> {
     let started = Instant::now();
     let model = embedder.id().to_string();
     let contents = store::count(
@@ -90,8 +102,10 @@ pub fn embed_missing(
     let mut last_publish = Instant::now();
     let shared = SharedCache::open();
     let mut from_cache = 0u64;
+    let mut finished = true;
     for batch in todo.chunks(embedder.preferred_batch().max(1)) {
-        if reporter.is_cancelled() {
+        if reporter.is_cancelled() || pause() {
+            finished = false;
             break;
         }
         let (vectors, cached) = embed_batch(embedder, shared.as_ref(), batch)?;
@@ -118,7 +132,7 @@ pub fn embed_missing(
     drop(progress);
     let in_index = publish(store, embedder)?;
     reporter.check_cancelled("embedding")?;
-    Ok(EmbedReport {
+    let report = EmbedReport {
         model,
         contents,
         embedded,
@@ -126,7 +140,8 @@ pub fn embed_missing(
         reused: contents.saturating_sub(embedded),
         vectors_in_index: in_index as u64,
         seconds: started.elapsed().as_secs_f64(),
-    })
+    };
+    Ok((report, finished))
 }
 
 /// Vectors for a batch: from the shared cache where it has them, the rest

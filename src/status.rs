@@ -36,6 +36,8 @@ pub struct Status {
     pub embedding_coverage: f64,
     pub embedded_contents: u64,
     pub distinct_contents: u64,
+    /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
+    pub freshness: crate::freshness::Freshness,
 }
 
 pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
@@ -62,7 +64,9 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let last: Option<IndexReport> = store
         .meta("last_index_report")?
         .and_then(|json| serde_json::from_str(&json).ok());
+    let freshness = crate::freshness::Freshness::read(&store, root, true)?;
     Ok(Status {
+        freshness,
         root: root.display().to_string(),
         index_dir: index_dir.display().to_string(),
         schema_version: SCHEMA_VERSION,
@@ -98,6 +102,7 @@ impl Status {
             self.index_bytes as f64 / 1e6
         );
         let _ = writeln!(out, "  head:         {}", self.head);
+        let _ = writeln!(out, "  reflects:     {}", self.freshness.describe());
         let _ = writeln!(out, "  files:        {}", self.files);
         let _ = writeln!(out, "  chunks:       {}", self.chunks);
         let mut langs: Vec<(&String, &u64)> = self.languages.iter().collect();

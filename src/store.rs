@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -283,17 +284,27 @@ impl Store {
         loop {
             // SAFETY: flock on a file descriptor we own.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                // Who holds it, for the message of a process that has to wait.
+                let holder = std::env::args().skip(1).take(2).collect::<Vec<_>>().join(" ");
+                let _ = file.set_len(0);
+                let _ = (&file).write_all(format!("{} ken {holder}\n", std::process::id()).as_bytes());
                 return Ok(WriteLock { _file: file });
             }
+            // The lock is released when its holder dies, so a held lock has a live holder.
+            let holder = fs::read_to_string(&path).unwrap_or_default();
+            let holder = match holder.trim() {
+                "" => "another ken process".to_string(),
+                h => format!("process {h}"),
+            };
             if started.elapsed() >= timeout {
                 bail!(
-                    "another ken process is writing the index at {} (waited {:?}); try again when it is done",
+                    "{holder} is writing the index at {} (waited {:?}); try again when it is done",
                     self.dir.display(),
                     timeout
                 );
             }
-            if !told {
-                eprintln!("ken: waiting for another ken process that is writing this index...");
+            if !told && timeout >= Duration::from_secs(1) {
+                eprintln!("ken: waiting (up to {timeout:?}) for {holder}, which is writing this index...");
                 told = true;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -446,6 +457,11 @@ impl<'c> Batch<'c> {
         self.tx.commit().context("committing to the index")
     }
 
+    /// The connection, for reads inside the transaction.
+    pub fn conn(&self) -> &Connection {
+        &self.tx
+    }
+
     /// The id of an already stored version of `path` with this content.
     pub fn find_version(&self, path: &str, content_hash: i64) -> Result<Option<i64>> {
         Ok(self
@@ -527,6 +543,17 @@ impl<'c> Batch<'c> {
         if let Some(prev) = previous.filter(|&p| p != file_id) {
             self.drop_version_if_unused(prev)?;
         }
+        Ok(())
+    }
+
+    /// Gives `to` the catalog of `from` (a branch indexed for the first time
+    /// starts from the branch indexed before it).
+    pub fn copy_catalog(&self, from: &str, to: &str) -> Result<()> {
+        self.tx.execute(
+            "INSERT OR REPLACE INTO catalog (branch, path, file_id, mtime_ns, size)
+             SELECT ?2, path, file_id, mtime_ns, size FROM catalog WHERE branch = ?1",
+            params![from, to],
+        )?;
         Ok(())
     }
 

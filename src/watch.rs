@@ -1,0 +1,654 @@
+//! `ken watch` and the watcher inside `ken serve`: keeps an index fresh.
+//!
+//! notify (inotify; polling where that is impossible) watches the folders
+//! the indexing walk enters, one watch per folder, so ignored trees
+//! (`target/`, `node_modules/`, `.ken/`, .gitignored folders) are never
+//! watched; the git directory is watched for HEAD and refs. notify's
+//! debouncer (full) groups events per path; this loop then waits until the
+//! events settle, so a save, a `git checkout` or a formatter run over many
+//! files become one update. A small set of changed paths is re-indexed by
+//! walking only their folders ([`index::index_scoped`]); a large one, an
+//! ignore file change, an event overflow or a branch switch re-runs the
+//! whole incremental index (a stat per file against the catalog).
+//!
+//! Embedding follows in slices between lexical updates: it stops between
+//! batches as soon as new events arrive, so it never delays freshness by more
+//! than one batch. Branches deleted from git are garbage-collected on a schedule.
+//! Every write goes through the index's writer lock, so a `ken index` at the
+//! same time waits for the current update (and the watcher for it).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use notify::{PollWatcher, RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, NoCache};
+use serde_json::json;
+
+use crate::discover::{self, Start};
+use crate::embed::Embedder;
+use crate::freshness::WATCHER_PID;
+use crate::git;
+use crate::index::{self, IndexOptions, IndexReport};
+use crate::semantic;
+use crate::store::Store;
+use crate::vectors::{self, VectorIndex};
+
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// How long a path must be quiet before its events are handled.
+    pub debounce: Duration,
+    pub index: IndexOptions,
+    /// Compute embeddings for new chunks (in slices between updates).
+    pub embed: bool,
+    /// Event sets touching more paths than this walk the whole root.
+    pub max_scoped_paths: usize,
+    /// How often branches deleted from git are garbage-collected.
+    pub gc_every: Duration,
+    /// Poll instead of using inotify (also chosen automatically when inotify fails).
+    pub poll: bool,
+    pub poll_interval: Duration,
+    /// One JSON line per event on stderr (for tools and tests) instead of log lines.
+    pub json_events: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            debounce: Duration::from_millis(100),
+            index: IndexOptions {
+                lock_timeout: Duration::from_secs(5),
+                ..IndexOptions::default()
+            },
+            embed: true,
+            max_scoped_paths: 256,
+            gc_every: Duration::from_secs(600),
+            poll: std::env::var("KEN_WATCH_POLL").is_ok_and(|v| v == "1"),
+            poll_interval: Duration::from_secs(2),
+            json_events: false,
+        }
+    }
+}
+
+/// Live counters of a running watcher.
+#[derive(Debug, Default)]
+pub struct WatchState {
+    /// Index updates done since the start (the first, full one included).
+    pub updates: AtomicU64,
+    /// Paths noticed and not indexed yet.
+    pub pending: AtomicU64,
+}
+
+/// A watcher running on its own thread; stopped (and joined) on drop.
+pub struct WatchHandle {
+    stop: Arc<AtomicBool>,
+    state: Arc<WatchState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WatchHandle {
+    pub fn state(&self) -> Arc<WatchState> {
+        self.state.clone()
+    }
+}
+
+impl Drop for WatchHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts watching `root` on a background thread (for `ken serve`). Errors
+/// after the start are logged, never printed to stdout.
+pub fn spawn(root: PathBuf, index_dir: PathBuf, opts: WatchOptions) -> Result<WatchHandle> {
+    check_root(&root, false)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let state = Arc::new(WatchState::default());
+    let (stop_c, state_c) = (stop.clone(), state.clone());
+    let thread = std::thread::Builder::new().name("ken-watch".into()).spawn(move || {
+        if let Err(e) = run(&root, &index_dir, &opts, &stop_c, &state_c) {
+            tracing::error!("the watcher stopped: {e:#}");
+        }
+    })?;
+    Ok(WatchHandle {
+        stop,
+        state,
+        thread: Some(thread),
+    })
+}
+
+/// Refuses `/` and the home folder unless `allow` (`--allow-broad-root`).
+pub fn check_root(root: &Path, allow: bool) -> Result<()> {
+    if allow {
+        return Ok(());
+    }
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    let what = if root.parent().is_none() {
+        "the file system root"
+    } else if home.as_deref() == Some(root.as_path()) {
+        "your home folder"
+    } else {
+        return Ok(());
+    };
+    bail!(
+        "refusing to index {} ({what}): that is rarely one codebase and would index everything below it; \
+         run ken in a project folder, or pass --allow-broad-root to index it anyway",
+        root.display()
+    )
+}
+
+/// The file system watcher: inotify, or polling where inotify cannot work.
+enum Backend {
+    Native(Debouncer<RecommendedWatcher, NoCache>),
+    Poll(Debouncer<PollWatcher, NoCache>),
+}
+
+impl Backend {
+    fn watch(&mut self, path: &Path, recursive: bool) -> notify::Result<()> {
+        let mode = if recursive {
+            RecursiveMode::Recursive
+        } else {
+            RecursiveMode::NonRecursive
+        };
+        match self {
+            Backend::Native(d) => d.watch(path, mode),
+            Backend::Poll(d) => d.watch(path, mode),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Native(_) => "native",
+            Backend::Poll(_) => "poll",
+        }
+    }
+}
+
+/// Events from the debouncer, with a count of batches not yet received (so
+/// the embedding can yield without consuming them).
+struct Events {
+    rx: mpsc::Receiver<DebounceEventResult>,
+    waiting: Arc<AtomicU64>,
+}
+
+impl Events {
+    fn recv_timeout(&self, timeout: Duration) -> Result<DebounceEventResult, mpsc::RecvTimeoutError> {
+        let r = self.rx.recv_timeout(timeout);
+        if r.is_ok() {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
+fn new_backend(opts: &WatchOptions, poll: bool) -> Result<(Backend, Events)> {
+    let (tx, rx) = mpsc::channel();
+    let waiting = Arc::new(AtomicU64::new(0));
+    let w = waiting.clone();
+    let handler = move |res: DebounceEventResult| {
+        w.fetch_add(1, Ordering::SeqCst);
+        let _ = tx.send(res);
+    };
+    let backend = if poll {
+        let config = notify::Config::default().with_poll_interval(opts.poll_interval);
+        Backend::Poll(new_debouncer_opt(opts.debounce, None, handler, NoCache, config)?)
+    } else {
+        Backend::Native(new_debouncer_opt(
+            opts.debounce,
+            None,
+            handler,
+            NoCache,
+            notify::Config::default(),
+        )?)
+    };
+    Ok((backend, Events { rx, waiting }))
+}
+
+/// inotify cannot take more watches (EMFILE/ENOSPC, or notify's own limit error).
+fn is_watch_limit(e: &notify::Error) -> bool {
+    match &e.kind {
+        notify::ErrorKind::MaxFilesWatch => true,
+        notify::ErrorKind::Io(io) => matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENOSPC | libc::ENFILE)),
+        _ => false,
+    }
+}
+
+/// File systems where inotify misses changes made by other machines.
+fn is_network_fs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs fills the zeroed struct for a valid C string path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    const NETWORK: &[i64] = &[0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0x0102_1997, 0x5346_414F];
+    #[allow(clippy::unnecessary_cast)]
+    NETWORK.contains(&(st.f_type as i64))
+}
+
+/// What the events since the last update ask for.
+#[derive(Default)]
+struct Dirty {
+    starts: HashSet<Start>,
+    /// Folders created since (to watch after the update).
+    new_dirs: HashSet<PathBuf>,
+    paths: HashSet<PathBuf>,
+    full: bool,
+    head: bool,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.starts.is_empty() && !self.full && !self.head
+    }
+}
+
+struct Watcher<'a> {
+    root: &'a Path,
+    index_dir: &'a Path,
+    opts: &'a WatchOptions,
+    state: &'a WatchState,
+    git_dirs: Vec<PathBuf>,
+    branch: String,
+    commit: Option<String>,
+    embedder: Option<Box<dyn Embedder>>,
+    embed_pending: bool,
+    /// Warnings said, with when, so a repeating one is said once a minute at most.
+    warned: std::collections::HashMap<String, Instant>,
+}
+
+/// Watches `root` until `stop` is set, keeping the index at `index_dir` fresh.
+pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool, state: &WatchState) -> Result<()> {
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("cannot watch {}: no such directory", root.display()))?;
+    let head = git::head(&root);
+    let git_dirs: Vec<PathBuf> = head
+        .git_dir
+        .as_deref()
+        .map(|g| git::head_watch_dirs(g).into_iter().map(|(d, _)| d).collect())
+        .unwrap_or_default();
+    let mut w = Watcher {
+        root: &root,
+        index_dir,
+        opts,
+        state,
+        git_dirs,
+        branch: head.catalog_key(),
+        commit: head.commit.clone(),
+        embedder: None,
+        embed_pending: opts.embed,
+        warned: Default::default(),
+    };
+    // Fresh from the start: whatever changed while nobody watched.
+    w.update(&mut Dirty {
+        full: true,
+        ..Dirty::default()
+    })?;
+    {
+        let store = Store::open_for_write(index_dir)?;
+        store.set_meta(WATCHER_PID, &std::process::id().to_string())?;
+    }
+    let poll = opts.poll || is_network_fs(&root);
+    if poll && !opts.poll {
+        w.warn("network file system: watching by polling every few seconds");
+    }
+    let (mut backend, mut events) = new_backend(opts, poll)?;
+    let dirs = discover::discover(&root, &opts.index.discover).dirs;
+    if let Err(e) = w.add_watches(&mut backend, &dirs, head.git_dir.as_deref()) {
+        if !is_watch_limit(&e) {
+            return Err(e).context("watching the root");
+        }
+        w.warn(&format!(
+            "cannot watch {} folders with inotify ({e}); polling instead (raise fs.inotify.max_user_watches to avoid this)",
+            dirs.len()
+        ));
+        (backend, events) = new_backend(opts, true)?;
+        w.add_watches(&mut backend, &dirs, head.git_dir.as_deref())?;
+    }
+    w.event(
+        json!({"event": "ready", "backend": backend.name(), "folders": dirs.len()}),
+        || format!("watching {} ({} folders)", root.display(), dirs.len()),
+    );
+
+    let mut dirty = Dirty::default();
+    let mut last_gc = Instant::now() - opts.gc_every;
+    let mut retry_at: Option<Instant> = None;
+    let settle = opts.debounce / 2;
+    while !stop.load(Ordering::SeqCst) {
+        let wait = if !dirty.is_empty() || w.embed_pending {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_millis(500)
+        };
+        match events.recv_timeout(wait) {
+            Ok(first) => {
+                // Let the burst settle: a checkout or a formatter arrives in several batches.
+                let deadline = Instant::now() + Duration::from_secs(3);
+                w.classify(first, &mut dirty);
+                while Instant::now() < deadline {
+                    match events.recv_timeout(settle) {
+                        Ok(more) => w.classify(more, &mut dirty),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        state.pending.store(dirty.paths.len() as u64, Ordering::SeqCst);
+        if !dirty.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
+            match w.update(&mut dirty) {
+                Ok(()) => {
+                    let new_dirs: Vec<PathBuf> = dirty.new_dirs.drain().collect();
+                    if !new_dirs.is_empty() {
+                        let trees: Vec<Start> = new_dirs.into_iter().map(Start::Tree).collect();
+                        let found = discover::discover_from(&root, &trees, &opts.index.discover);
+                        if let Err(e) = w.add_watches(&mut backend, &found.dirs, None) {
+                            w.warn(&format!("cannot watch new folders: {e}"));
+                        }
+                    }
+                    dirty = Dirty::default();
+                    retry_at = None;
+                    state.pending.store(0, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    // Another writer (a `ken index`) holds the lock, or the update failed: try again soon.
+                    w.warn(&format!("index update postponed: {e:#}"));
+                    retry_at = Some(Instant::now() + Duration::from_secs(1));
+                }
+            }
+            continue;
+        }
+        if w.embed_pending && events.waiting.load(Ordering::SeqCst) == 0 {
+            let waiting = events.waiting.clone();
+            let pause = move || waiting.load(Ordering::SeqCst) > 0 || stop.load(Ordering::SeqCst);
+            if let Err(e) = w.embed_slice(&pause) {
+                w.warn(&format!("embedding postponed: {e:#}"));
+            }
+            // Leave a gap for a `ken index` waiting for the lock.
+            std::thread::sleep(Duration::from_millis(150));
+            continue;
+        }
+        if last_gc.elapsed() >= opts.gc_every {
+            last_gc = Instant::now();
+            match w.gc() {
+                Ok(dead) if !dead.is_empty() => w.event(json!({"event": "gc", "branches": dead}), || {
+                    format!("dropped the index of deleted branches {dead:?}")
+                }),
+                Ok(_) => {}
+                Err(e) => w.warn(&format!("branch garbage collection postponed: {e:#}")),
+            }
+        }
+    }
+    if let Ok(store) = Store::open_for_write(index_dir) {
+        if store.meta(WATCHER_PID).ok().flatten() == Some(std::process::id().to_string()) {
+            let _ = store.conn.execute("DELETE FROM meta WHERE key = ?1", [WATCHER_PID]);
+        }
+    }
+    w.event(json!({"event": "stopped"}), || "stopped watching".to_string());
+    Ok(())
+}
+
+impl Watcher<'_> {
+    fn add_watches(&self, backend: &mut Backend, dirs: &[PathBuf], git_dir: Option<&Path>) -> notify::Result<()> {
+        for dir in dirs {
+            match backend.watch(dir, false) {
+                Ok(()) => {}
+                Err(e) if is_watch_limit(&e) => return Err(e),
+                // A folder removed meanwhile: its removal is an event of its parent.
+                Err(e) => tracing::debug!("not watching {}: {e}", dir.display()),
+            }
+        }
+        if let Some(g) = git_dir {
+            for (dir, recursive) in git::head_watch_dirs(g) {
+                if dir.is_dir() {
+                    backend.watch(&dir, recursive)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds what a batch of events asks for to `dirty`.
+    fn classify(&mut self, batch: DebounceEventResult, dirty: &mut Dirty) {
+        let events = match batch {
+            Ok(events) => events,
+            Err(errors) => {
+                for e in errors {
+                    self.warn(&format!("file watcher: {e}; re-checking every file"));
+                }
+                dirty.full = true;
+                return;
+            }
+        };
+        let default_excludes = self.opts.index.discover.default_excludes;
+        for event in events {
+            if event.need_rescan() {
+                dirty.full = true;
+            }
+            for path in &event.paths {
+                if self.git_dirs.iter().any(|g| path.starts_with(g)) {
+                    if let Ok(rel) = path.strip_prefix(self.git_dirs.iter().find(|g| path.starts_with(g)).unwrap()) {
+                        dirty.head |= git::is_head_file(rel);
+                    }
+                    continue;
+                }
+                let Some(rel) = discover::relative_path(self.root, path) else {
+                    continue;
+                };
+                if rel.is_empty() {
+                    continue;
+                }
+                let name = rel.rsplit('/').next().unwrap_or_default();
+                if matches!(name, ".gitignore" | ".ignore" | ".kenignore") {
+                    dirty.full = true;
+                    continue;
+                }
+                // Hidden and excluded folders are never walked (nor watched, but
+                // events of a folder's own name come from its parent).
+                let mut parts = rel.split('/');
+                let last = parts.next_back().unwrap_or_default();
+                if parts.any(|p| p.starts_with('.') || discover::is_excluded_dir(p, default_excludes)) {
+                    continue;
+                }
+                dirty.paths.insert(path.clone());
+                let parent = path.parent().unwrap_or(self.root).to_path_buf();
+                if path.is_dir() {
+                    if last.starts_with('.') || discover::is_excluded_dir(last, default_excludes) {
+                        continue;
+                    }
+                    dirty.starts.insert(Start::Tree(path.clone()));
+                    dirty.new_dirs.insert(path.clone());
+                } else if !path.exists() {
+                    // A file or a folder went away: drop what the catalog has of either.
+                    dirty.starts.insert(Start::Files(parent));
+                    dirty.starts.insert(Start::Tree(path.clone()));
+                } else {
+                    dirty.starts.insert(Start::Files(parent));
+                }
+            }
+        }
+        if dirty.paths.len() > self.opts.max_scoped_paths {
+            dirty.full = true;
+        }
+    }
+
+    /// One index update for what `dirty` names.
+    fn update(&mut self, dirty: &mut Dirty) -> Result<()> {
+        let started = Instant::now();
+        let head = git::head(self.root);
+        let branch = head.catalog_key();
+        let switched = branch != self.branch;
+        if dirty.starts.is_empty() && !dirty.full && !switched {
+            // HEAD moved within the branch (a commit) and no file changed: only the record of it.
+            if head.commit != self.commit {
+                let store = Store::open_for_write(self.index_dir)?;
+                let _lock = store.lock_for_write(self.opts.index.lock_timeout)?;
+                store.set_meta("head_commit", head.commit.as_deref().unwrap_or(""))?;
+                self.commit = head.commit;
+            }
+            return Ok(());
+        }
+        let full = dirty.full || switched;
+        let starts: Vec<Start> = dirty.starts.iter().cloned().collect();
+        let scope = (!full).then_some(starts.as_slice());
+        let report = index::index_scoped(self.root, self.index_dir, &self.opts.index, scope)?;
+        self.branch = branch;
+        self.commit = head.commit;
+        self.embed_pending |= self.opts.embed && (report.parsed > 0 || switched || full);
+        let n = self.state.updates.fetch_add(1, Ordering::SeqCst) + 1;
+        let scope_name = if full { "full" } else { "paths" };
+        self.report_update(&report, scope_name, dirty.paths.len(), n, started);
+        Ok(())
+    }
+
+    fn report_update(&self, r: &IndexReport, scope: &str, paths: usize, n: u64, started: Instant) {
+        let seconds = started.elapsed().as_secs_f64();
+        self.event(
+            json!({"event": "update", "update": n, "scope": scope, "paths": paths, "branch": r.branch,
+                   "files": r.files, "parsed": r.parsed, "reused": r.reused, "removed": r.removed,
+                   "seconds": seconds}),
+            || {
+                format!(
+                    "index updated ({scope}, {paths} paths): {} parsed, {} re-used, {} removed in {:.0} ms",
+                    r.parsed,
+                    r.reused,
+                    r.removed,
+                    seconds * 1000.0
+                )
+            },
+        );
+    }
+
+    /// Embeds until done or `pause`; the vectors are published at the end.
+    fn embed_slice(&mut self, pause: &dyn Fn() -> bool) -> Result<()> {
+        if self.embedder.is_none() {
+            match semantic::configured_embedder() {
+                Ok((embedder, provider)) => {
+                    let store = Store::open_for_write(self.index_dir)?;
+                    store.set_meta("embedding_provider", &provider)?;
+                    self.embedder = Some(embedder);
+                }
+                Err(e) => {
+                    self.embed_pending = false;
+                    self.warn(&format!(
+                        "semantic search is unavailable, lexical search stays fresh: {e:#}"
+                    ));
+                    return Ok(());
+                }
+            }
+        }
+        let embedder = self.embedder.as_deref().context("no embedder")?;
+        let mut store = Store::open_for_write(self.index_dir)?;
+        let _lock = store.lock_for_write(Duration::ZERO)?;
+        let (report, finished) = semantic::embed_missing_until(
+            &mut store,
+            &self.branch,
+            embedder,
+            &crate::progress::Reporter::default(),
+            pause,
+        )?;
+        if finished {
+            self.embed_pending = false;
+        }
+        if report.embedded > 0 || finished {
+            self.event(
+                json!({"event": "embedded", "embedded": report.embedded, "finished": finished,
+                       "seconds": report.seconds}),
+                || format!("embedded {} chunks in {:.1} s", report.embedded, report.seconds),
+            );
+        }
+        Ok(())
+    }
+
+    fn gc(&self) -> Result<Vec<String>> {
+        let mut store = Store::open_for_write(self.index_dir)?;
+        let dead = dead_branches(&store, self.root)?;
+        if dead.is_empty() {
+            return Ok(dead);
+        }
+        let _lock = store.lock_for_write(self.opts.index.lock_timeout)?;
+        drop_branches(&mut store, &dead)?;
+        Ok(dead)
+    }
+
+    fn event(&self, value: serde_json::Value, text: impl FnOnce() -> String) {
+        if self.opts.json_events {
+            eprintln!("{value}");
+        } else {
+            tracing::info!("{}", text());
+        }
+    }
+
+    /// A warning, said at most once a minute for the same text.
+    fn warn(&mut self, message: &str) {
+        let now = Instant::now();
+        if self
+            .warned
+            .get(message)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(60))
+        {
+            return;
+        }
+        self.warned.insert(message.to_string(), now);
+        if self.opts.json_events {
+            eprintln!("{}", json!({"event": "warning", "message": message}));
+        } else {
+            tracing::warn!("{message}");
+        }
+    }
+}
+
+/// Catalog keys of branches git no longer has (never the current one; none
+/// outside git or when git's branches cannot be listed).
+pub fn dead_branches(store: &Store, root: &Path) -> Result<Vec<String>> {
+    let Some(live) = git::local_branches(root) else {
+        return Ok(Vec::new());
+    };
+    let head = git::head(root);
+    let current = head.catalog_key();
+    let mut stmt = store.conn.prepare("SELECT DISTINCT branch FROM catalog")?;
+    let keys: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    Ok(keys
+        .into_iter()
+        .filter(|k| *k != current && !live.contains(k))
+        .collect())
+}
+
+/// Removes these branches' catalogs, with the file versions, chunks and
+/// vectors no other branch uses (one transaction), then re-syncs the vector file.
+pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
+    let batch = crate::store::Batch::begin(store)?;
+    for branch in branches {
+        let paths: Vec<String> = batch
+            .conn()
+            .prepare("SELECT path FROM catalog WHERE branch = ?1")?
+            .query_map([branch], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for path in paths {
+            batch.remove_from_catalog(branch, &path)?;
+        }
+    }
+    batch.commit()?;
+    if let Some(model) = store.meta("embedding_model")? {
+        let dims: usize = store
+            .meta("embedding_dimensions")?
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0);
+        if dims > 0 {
+            VectorIndex::sync(store, &model, dims, vectors::Quantization::from_env()?)?;
+        }
+    }
+    Ok(())
+}
