@@ -433,7 +433,7 @@ impl<'c> Graph<'c> {
             .collect())
     }
 
-    fn from_symbol(&mut self, r: &Ref) -> Result<Symbol> {
+    fn caller_symbol(&mut self, r: &Ref) -> Result<Symbol> {
         Ok(match r.caller {
             Some(id) => self.symbol(id)?.unwrap_or_else(|| Symbol::module_of(r)),
             None => Symbol::module_of(r),
@@ -446,7 +446,7 @@ impl<'c> Graph<'c> {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let from = self.from_symbol(r)?;
+        let from = self.caller_symbol(r)?;
         let candidates = if confidence == Confidence::Ambiguous {
             targets.iter().take(10).cloned().collect()
         } else {

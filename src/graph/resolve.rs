@@ -206,6 +206,10 @@ fn local_names(imp: &Ref) -> Vec<&str> {
         return vec![alias.as_str()];
     }
     match &imp.module {
+        // Python's `import a.b` binds `a` as well.
+        Some(m) if module_only(imp) && imp.language == "python" => {
+            vec![imp.name.as_str(), m.as_str(), m.split('.').next().unwrap_or(m)]
+        }
         Some(m) if module_only(imp) => vec![imp.name.as_str(), m.as_str()],
         _ => vec![imp.name.as_str()],
     }
@@ -327,6 +331,10 @@ impl Graph<'_> {
             // `from pkg import mod; mod.f()`: the module is pkg/mod.
             let (mut module_text, wanted) = match (is_receiver, module_only(imp)) {
                 (true, false) => (format!("{module}{separator}{}", imp.name), r.name.clone()),
+                // `import a.b` then `a.f()`: the module is `a`.
+                (true, true) if imp.alias.is_none() && module.starts_with(&format!("{bound}.")) => {
+                    (bound.to_string(), r.name.clone())
+                }
                 (true, true) => (module.to_string(), r.name.clone()),
                 (false, _) => (module.to_string(), imp.name.clone()),
             };
@@ -403,11 +411,9 @@ impl Graph<'_> {
             let is_name = !type_name.is_empty() && type_name.chars().all(|c| c.is_alphanumeric() || c == '_');
             if is_name {
                 let is_type = type_name.starts_with(|c: char| c.is_uppercase())
-                    || self
+                    || !self
                         .candidates(r, &type_name, &|s: &Symbol| TYPES.contains(&s.kind.as_str()))?
-                        .iter()
-                        .next()
-                        .is_some();
+                        .is_empty();
                 if is_type {
                     // Methods of that type, or nothing: `String::new()` is not
                     // some other type's `new`.
