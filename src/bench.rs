@@ -48,6 +48,7 @@ pub struct BenchReport {
     pub query_p95_ms: f64,
     pub baseline_query_p50_ms: f64,
     pub baseline_query_p95_ms: f64,
+    pub graph: crate::graph::bench::GraphBench,
 }
 
 pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
@@ -95,6 +96,16 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
     let parse_seconds = t.elapsed().as_secs_f64();
     std::hint::black_box(parsed_chunks);
 
+    // The same cold index without the code graph, for its share of the time.
+    let no_graph_dir = index_dir.with_extension("nograph");
+    let no_graph = IndexOptions {
+        graph: false,
+        ..IndexOptions::default()
+    };
+    let without_graph = index::index(root, &no_graph_dir, &no_graph);
+    let _ = std::fs::remove_dir_all(&no_graph_dir);
+    let without_graph_seconds = without_graph?.seconds;
+
     let index_opts = IndexOptions::default();
     let cold: IndexReport = index::index(root, index_dir, &index_opts)?;
     let peak_rss_megabytes = peak_rss_bytes() as f64 / 1e6;
@@ -134,6 +145,9 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
             }
         }
     }
+    let mut graph = crate::graph::bench::queries(searcher.store(), root, 50)?;
+    graph.cold_index_without_graph_seconds = without_graph_seconds;
+    graph.cold_index_graph_ratio = cold.seconds / without_graph_seconds.max(1e-9);
     let megabytes = bytes as f64 / 1e6;
     let secs = cold.seconds.max(1e-9);
     Ok(BenchReport {
@@ -156,6 +170,7 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
         query_p95_ms: percentile(&mut ken_ms, 0.95),
         baseline_query_p50_ms: percentile(&mut base_ms, 0.50),
         baseline_query_p95_ms: percentile(&mut base_ms, 0.95),
+        graph,
     })
 }
 
@@ -254,6 +269,25 @@ impl BenchReport {
             self.baseline_query_p50_ms,
             self.baseline_query_p95_ms,
             self.query_p50_ms / self.baseline_query_p50_ms.max(1e-9)
+        );
+        let g = &self.graph;
+        let _ = writeln!(
+            s,
+            "  graph:             {} symbols, {} refs; cold index {:.2}x the index without it ({:.3} s)",
+            g.symbols, g.refs, g.cold_index_graph_ratio, g.cold_index_without_graph_seconds
+        );
+        let _ = writeln!(
+            s,
+            "  graph queries ({}): callers p50 {:.2} ms p95 {:.2} ms, callees p50 {:.2} ms p95 {:.2} ms, \
+             callers depth 3 p50 {:.2} ms, path p50 {:.2} ms p95 {:.2} ms",
+            g.queried,
+            g.callers_p50_ms,
+            g.callers_p95_ms,
+            g.callees_p50_ms,
+            g.callees_p95_ms,
+            g.callers_depth3_p50_ms,
+            g.path_p50_ms,
+            g.path_p95_ms
         );
         s
     }

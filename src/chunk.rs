@@ -71,8 +71,9 @@ pub struct Chunk {
     pub text: String,
 }
 
-/// Kinds whose members become chunks of their own.
-const CONTAINER_KINDS: &[&str] = &[
+/// Kinds whose members become chunks of their own (and, in the code graph,
+/// have it as their container).
+pub(crate) const CONTAINER_KINDS: &[&str] = &[
     "class",
     "struct",
     "enum",
@@ -87,7 +88,7 @@ const CONTAINER_KINDS: &[&str] = &[
 ];
 
 /// A function defined directly inside one of these is a method.
-const METHOD_OWNER_KINDS: &[&str] = &["class", "struct", "enum", "interface", "trait", "impl", "object"];
+pub(crate) const METHOD_OWNER_KINDS: &[&str] = &["class", "struct", "enum", "interface", "trait", "impl", "object"];
 
 /// Node kinds that attach to the definition that follows them.
 fn is_leading_trivia(kind: &str) -> bool {

@@ -66,22 +66,7 @@ pub struct RefRow {
     pub caller: Option<usize>,
 }
 
-/// Kinds whose members have it as their container.
-pub const CONTAINER_KINDS: &[&str] = &[
-    "class",
-    "struct",
-    "enum",
-    "interface",
-    "trait",
-    "impl",
-    "object",
-    "module",
-    "namespace",
-    "union",
-];
-
-/// A function defined directly inside one of these is a method.
-const METHOD_OWNER_KINDS: &[&str] = &["class", "struct", "enum", "interface", "trait", "impl", "object"];
+pub(crate) use crate::chunk::{CONTAINER_KINDS, METHOD_OWNER_KINDS};
 
 /// Words that name the current object in a method.
 pub const SELF_WORDS: &[&str] = &["self", "this", "$this", "cls", "Self", "@"];

@@ -5,6 +5,7 @@
 //! the graph of its own files through its catalog. [`query`] answers callers,
 //! callees, paths and definitions; [`output`] prints them for the CLI.
 
+pub mod bench;
 pub mod extract;
 pub mod output;
 pub mod query;
@@ -34,19 +35,18 @@ CREATE TABLE symbols (
 CREATE INDEX symbols_by_name ON symbols (name);
 CREATE INDEX symbols_by_file ON symbols (file_id);
 CREATE TABLE refs (
-    id INTEGER PRIMARY KEY,
     file_id INTEGER NOT NULL REFERENCES files (id),
+    seq INTEGER NOT NULL,
     name TEXT NOT NULL,
     kind TEXT NOT NULL,
     receiver TEXT,
     module TEXT,
     alias TEXT,
     line INTEGER NOT NULL,
-    caller INTEGER
-);
+    caller INTEGER,
+    PRIMARY KEY (file_id, seq)
+) WITHOUT ROWID;
 CREATE INDEX refs_by_name ON refs (name);
-CREATE INDEX refs_by_file ON refs (file_id);
-CREATE INDEX refs_by_caller ON refs (caller) WHERE caller IS NOT NULL;
 "#;
 
 /// Stores the graph of a new file version (inside the indexing transaction).
@@ -71,12 +71,13 @@ pub(crate) fn insert(conn: &Connection, file_id: i64, graph: &FileGraph) -> Resu
         ids.push(conn.last_insert_rowid());
     }
     let mut insert_ref = conn.prepare_cached(
-        "INSERT INTO refs (file_id, name, kind, receiver, module, alias, line, caller)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO refs (file_id, seq, name, kind, receiver, module, alias, line, caller)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
-    for r in &graph.refs {
+    for (seq, r) in graph.refs.iter().enumerate() {
         insert_ref.execute(params![
             file_id,
+            seq as i64,
             r.name,
             r.kind,
             r.receiver,

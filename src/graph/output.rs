@@ -166,7 +166,8 @@ fn tree_level(
     s: Style,
     out: &mut String,
 ) {
-    let (near, far): (fn(&Edge) -> &Symbol, fn(&Edge) -> &Symbol) = match graph.direction {
+    type End = fn(&Edge) -> &Symbol;
+    let (near, far): (End, End) = match graph.direction {
         Direction::Callers => (|e| &e.to, |e| &e.from),
         Direction::Callees => (|e| &e.from, |e| &e.to),
     };

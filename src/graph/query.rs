@@ -406,9 +406,14 @@ impl<'c> Graph<'c> {
     /// Exactly one symbol for `spec`, or an [`Ambiguous`] error listing them.
     pub fn lookup_one(&mut self, spec: &str) -> Result<Symbol> {
         let mut found = self.lookup(spec)?;
+        // Overloads (one file, one container: Python's `@overload` stubs, Java's
+        // overloaded methods) are resolved together, so any of them stands for all.
+        let overloads = found
+            .iter()
+            .all(|s| s.file_id == found[0].file_id && s.container == found[0].container);
         match found.len() {
             0 => bail!("no definition `{spec}` on this branch (try `ken def` or `ken search`)"),
-            1 => Ok(found.remove(0)),
+            _ if overloads => Ok(found.pop().expect("one symbol at least")),
             _ => Err(Ambiguous {
                 spec: spec.to_string(),
                 candidates: found,
@@ -428,7 +433,7 @@ impl<'c> Graph<'c> {
             .collect())
     }
 
-    fn from_symbol(&mut self, r: &Ref) -> Result<Symbol> {
+    fn caller_symbol(&mut self, r: &Ref) -> Result<Symbol> {
         Ok(match r.caller {
             Some(id) => self.symbol(id)?.unwrap_or_else(|| Symbol::module_of(r)),
             None => Symbol::module_of(r),
@@ -441,7 +446,7 @@ impl<'c> Graph<'c> {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        let from = self.from_symbol(r)?;
+        let from = self.caller_symbol(r)?;
         let candidates = if confidence == Confidence::Ambiguous {
             targets.iter().take(10).cloned().collect()
         } else {
@@ -525,7 +530,11 @@ impl<'c> Graph<'c> {
 
     /// Direct callees (and bases, imports) of `symbol`.
     pub fn callees_of(&mut self, symbol: &Symbol, depth: usize) -> Result<Vec<Edge>> {
-        let refs = self.refs_where("r.caller = ?2", params![self.branch, symbol.id])?;
+        // A definition's references are in its own file (refs are clustered by file).
+        let refs = self.refs_where(
+            "r.file_id = ?2 AND r.caller = ?3",
+            params![self.branch, symbol.file_id, symbol.id],
+        )?;
         let mut out = Vec::new();
         for r in refs {
             out.extend(self.edges_of(&r, depth)?);

@@ -206,6 +206,10 @@ fn local_names(imp: &Ref) -> Vec<&str> {
         return vec![alias.as_str()];
     }
     match &imp.module {
+        // Python's `import a.b` binds `a` as well.
+        Some(m) if module_only(imp) && imp.language == "python" => {
+            vec![imp.name.as_str(), m.as_str(), m.split('.').next().unwrap_or(m)]
+        }
         Some(m) if module_only(imp) => vec![imp.name.as_str(), m.as_str()],
         _ => vec![imp.name.as_str()],
     }
@@ -314,27 +318,35 @@ impl Graph<'_> {
     fn through_import(&mut self, r: &Ref, local: &str, keep: &dyn Fn(&Symbol) -> bool) -> Result<ImportHit> {
         let imports = self.imports_of(r.file_id)?;
         let is_receiver = r.receiver.as_deref() == Some(local);
+        let separator = if family(&r.language) == "python" { "." } else { "/" };
         for imp in imports.iter() {
-            if !local_names(imp).contains(&local) {
+            // The receiver may go further into the module: `flask.helpers.f()`.
+            let Some(bound) = local_names(imp).into_iter().find(|&n| {
+                n == local || (is_receiver && local.strip_prefix(n).is_some_and(|rest| rest.starts_with('.')))
+            }) else {
                 continue;
-            }
+            };
             let Some(module) = imp.module.as_deref() else { continue };
+            let deeper = local[bound.len()..].trim_start_matches('.').replace('.', separator);
             // `from pkg import mod; mod.f()`: the module is pkg/mod.
-            let (module_text, wanted) = match (is_receiver, module_only(imp)) {
-                (true, false) => (format!("{module}.{}", imp.name), r.name.clone()),
+            let (mut module_text, wanted) = match (is_receiver, module_only(imp)) {
+                (true, false) => (format!("{module}{separator}{}", imp.name), r.name.clone()),
+                // `import a.b` then `a.f()`: the module is `a`.
+                (true, true) if imp.alias.is_none() && module.starts_with(&format!("{bound}.")) => {
+                    (bound.to_string(), r.name.clone())
+                }
                 (true, true) => (module.to_string(), r.name.clone()),
                 (false, _) => (module.to_string(), imp.name.clone()),
             };
-            let separator_fixed = if is_receiver && !module_only(imp) && family(&r.language) != "python" {
-                format!("{module}/{}", imp.name)
-            } else {
-                module_text
-            };
-            let path = ModulePath::new(&r.path, &r.language, &separator_fixed);
+            if !deeper.is_empty() {
+                module_text = format!("{module_text}{separator}{deeper}");
+            }
+            let path = ModulePath::new(&r.path, &r.language, &module_text);
+            // What a module gives is module-level, never a method.
             let found: Vec<Symbol> = self
                 .candidates(r, &wanted, keep)?
                 .into_iter()
-                .filter(|s| path.matches(&s.path))
+                .filter(|s| path.matches(&s.path) && !(is_receiver && s.kind == "method"))
                 .collect();
             if !found.is_empty() {
                 return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
@@ -399,11 +411,9 @@ impl Graph<'_> {
             let is_name = !type_name.is_empty() && type_name.chars().all(|c| c.is_alphanumeric() || c == '_');
             if is_name {
                 let is_type = type_name.starts_with(|c: char| c.is_uppercase())
-                    || self
+                    || !self
                         .candidates(r, &type_name, &|s: &Symbol| TYPES.contains(&s.kind.as_str()))?
-                        .iter()
-                        .next()
-                        .is_some();
+                        .is_empty();
                 if is_type {
                     // Methods of that type, or nothing: `String::new()` is not
                     // some other type's `new`.
