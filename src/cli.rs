@@ -209,6 +209,24 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "128,256")]
         budgets: Vec<usize>,
     },
+    /// Freshness under `ken watch` on a generated git repository: edit → searchable
+    /// latency, a branch switch, the watcher's CPU at idle.
+    Watch {
+        #[arg(long, default_value_t = 50_000)]
+        files: usize,
+        #[arg(long, default_value_t = 30)]
+        edits: usize,
+        /// Files that differ between the two branches.
+        #[arg(long, default_value_t = 100)]
+        differing: usize,
+        #[arg(long, default_value_t = 20)]
+        idle_seconds: u64,
+        #[arg(long, default_value_t = 100)]
+        debounce_ms: u64,
+        /// Let the watcher embed (use a small --files).
+        #[arg(long)]
+        embed: bool,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,
@@ -505,6 +523,28 @@ fn run(cli: Cli) -> Result<i32> {
                 other => anyhow::bail!("--quantization {other}: expected f32, f16 or i8"),
             };
             let r = bench::vectors(count, dimensions, q)?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            Ok(0)
+        }
+        Command::Bench {
+            what:
+                BenchCommand::Watch {
+                    files,
+                    edits,
+                    differing,
+                    idle_seconds,
+                    debounce_ms,
+                    embed,
+                },
+        } => {
+            let r = crate::watch_bench::run(&crate::watch_bench::WatchBenchOptions {
+                files,
+                edits,
+                differing,
+                idle_seconds,
+                debounce_ms,
+                embed,
+            })?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(0)
         }

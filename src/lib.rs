@@ -26,3 +26,4 @@ pub mod status;
 pub mod store;
 pub mod vectors;
 pub mod watch;
+pub mod watch_bench;
