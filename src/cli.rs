@@ -272,15 +272,12 @@ fn init_logging(verbose: u8) {
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Index(args) => {
-            let root = match (&args.path, &cli.root) {
-                (Some(p), _) => p.clone(),
-                (None, Some(r)) => r.clone(),
-                (None, None) => std::env::current_dir()?,
-            };
-            let root = root
-                .canonicalize()
-                .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
-            crate::watch::check_root(&root, args.allow_broad_root)?;
+            let root = writable_root(
+                args.path.as_deref(),
+                cli.root.as_deref(),
+                "index",
+                args.allow_broad_root,
+            )?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let opts = IndexOptions {
                 discover: DiscoverOptions {
@@ -419,15 +416,12 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Watch(args) => {
-            let root = match (&args.path, &cli.root) {
-                (Some(p), _) => p.clone(),
-                (None, Some(r)) => r.clone(),
-                (None, None) => std::env::current_dir()?,
-            };
-            let root = root
-                .canonicalize()
-                .with_context(|| format!("cannot watch {}: no such directory", root.display()))?;
-            crate::watch::check_root(&root, args.allow_broad_root)?;
+            let root = writable_root(
+                args.path.as_deref(),
+                cli.root.as_deref(),
+                "watch",
+                args.allow_broad_root,
+            )?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let defaults = crate::watch::WatchOptions::default();
             let opts = crate::watch::WatchOptions {
@@ -579,6 +573,20 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// The root `ken index` or `ken watch` writes the index of: the PATH argument,
+/// else `--root`, else the working directory; `/` and home only when allowed.
+fn writable_root(path: Option<&Path>, root: Option<&Path>, verb: &str, allow_broad: bool) -> Result<PathBuf> {
+    let root = match path.or(root) {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("cannot {verb} {}: no such directory", root.display()))?;
+    crate::watch::check_root(&root, allow_broad)?;
+    Ok(root)
 }
 
 /// A flag set by SIGINT or SIGTERM (for `ken watch` to stop cleanly).

@@ -234,7 +234,7 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
         let text = format!("def {symbol}(x):\n    return x\n");
         let started = Instant::now();
         std::fs::write(root.join(path_of(i)), text)?;
-        until(root, &symbol, |s| s.iter().any(|x| *x == symbol))?;
+        until(root, &symbol, |s| s.contains(&symbol))?;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
         std::thread::sleep(Duration::from_millis(150));
     }
