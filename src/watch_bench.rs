@@ -150,7 +150,7 @@ fn until(root: &Path, query: &str, pred: impl Fn(&[String]) -> bool) -> Result<(
                 return Ok(());
             }
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(10));
     }
     bail!("`{query}` did not reach the expected results in 30 s")
 }
