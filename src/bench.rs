@@ -202,7 +202,7 @@ fn bytecount_newlines(b: &[u8]) -> u64 {
     b.iter().filter(|&&c| c == b'\n').count() as u64
 }
 
-fn percentile(values: &mut [f64], p: f64) -> f64 {
+pub(crate) fn percentile(values: &mut [f64], p: f64) -> f64 {
     if values.is_empty() {
         return 0.0;
     }

@@ -256,6 +256,24 @@ enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "128,256")]
         budgets: Vec<usize>,
     },
+    /// Freshness under `ken watch` on a generated git repository: edit → searchable
+    /// latency, a branch switch, the watcher's CPU at idle.
+    Watch {
+        #[arg(long, default_value_t = 50_000)]
+        files: usize,
+        #[arg(long, default_value_t = 30)]
+        edits: usize,
+        /// Files that differ between the two branches.
+        #[arg(long, default_value_t = 100)]
+        differing: usize,
+        #[arg(long, default_value_t = 20)]
+        idle_seconds: u64,
+        #[arg(long, default_value_t = 100)]
+        debounce_ms: u64,
+        /// Let the watcher embed (use a small --files).
+        #[arg(long)]
+        embed: bool,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,
@@ -286,15 +304,12 @@ pub fn main() -> i32 {
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Index(args) => {
-            let root = match (&args.path, &cli.root) {
-                (Some(p), _) => p.clone(),
-                (None, Some(r)) => r.clone(),
-                (None, None) => std::env::current_dir()?,
-            };
-            let root = root
-                .canonicalize()
-                .with_context(|| format!("cannot index {}: no such directory", root.display()))?;
-            crate::watch::check_root(&root, args.allow_broad_root)?;
+            let root = writable_root(
+                args.path.as_deref(),
+                cli.root.as_deref(),
+                "index",
+                args.allow_broad_root,
+            )?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let opts = IndexOptions {
                 discover: DiscoverOptions {
@@ -460,15 +475,12 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Watch(args) => {
-            let root = match (&args.path, &cli.root) {
-                (Some(p), _) => p.clone(),
-                (None, Some(r)) => r.clone(),
-                (None, None) => std::env::current_dir()?,
-            };
-            let root = root
-                .canonicalize()
-                .with_context(|| format!("cannot watch {}: no such directory", root.display()))?;
-            crate::watch::check_root(&root, args.allow_broad_root)?;
+            let root = writable_root(
+                args.path.as_deref(),
+                cli.root.as_deref(),
+                "watch",
+                args.allow_broad_root,
+            )?;
             let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
             let defaults = crate::watch::WatchOptions::default();
             let opts = crate::watch::WatchOptions {
@@ -648,6 +660,28 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Bench {
+            what:
+                BenchCommand::Watch {
+                    files,
+                    edits,
+                    differing,
+                    idle_seconds,
+                    debounce_ms,
+                    embed,
+                },
+        } => {
+            let r = crate::watch_bench::run(&crate::watch_bench::WatchBenchOptions {
+                files,
+                edits,
+                differing,
+                idle_seconds,
+                debounce_ms,
+                embed,
+            })?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            Ok(0)
+        }
+        Command::Bench {
             what: BenchCommand::Embed { chunks, budgets },
         } => {
             let root = resolve_root(cli.root.as_deref())?;
@@ -678,6 +712,20 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// The root `ken index` or `ken watch` writes the index of: the PATH argument,
+/// else `--root`, else the working directory; `/` and home only when allowed.
+fn writable_root(path: Option<&Path>, root: Option<&Path>, verb: &str, allow_broad: bool) -> Result<PathBuf> {
+    let root = match path.or(root) {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    let root = root
+        .canonicalize()
+        .with_context(|| format!("cannot {verb} {}: no such directory", root.display()))?;
+    crate::watch::check_root(&root, allow_broad)?;
+    Ok(root)
 }
 
 /// A flag set by SIGINT or SIGTERM (for `ken watch` to stop cleanly).

@@ -159,7 +159,6 @@ pub fn index_scoped(
         found.files.len(),
         started.elapsed().as_secs_f64()
     );
-    let known_versions = known_versions(&store)?;
     let mut report = IndexReport {
         root: root.display().to_string(),
         branch: branch.clone(),
@@ -184,6 +183,7 @@ pub fn index_scoped(
             _ => changed.push(cand.clone()),
         }
     }
+    let known_versions = known_versions(&store, (changed.len() < BULK_FILES).then_some(&changed))?;
     // Largest first, so the slowest parses start early and the tail is short.
     changed.sort_unstable_by_key(|c| std::cmp::Reverse(c.size));
     // A bulk load merges FTS segments once at the end instead of as it goes.
@@ -244,7 +244,8 @@ pub fn index_scoped(
     if bulk {
         store.set_lexical_automerge(DEFAULT_AUTOMERGE)?;
     }
-    if changes > 0 {
+    // A scoped run (the watcher's few files) leaves merging to FTS5's automerge.
+    if changes > 0 && scope.is_none() {
         store.optimize_lexical()?;
         tracing::info!(
             "indexing: lexical index merged after {:.2} s",
@@ -252,22 +253,43 @@ pub fn index_scoped(
         );
         store.checkpoint()?;
     }
-    fill_totals(&store, &branch, &mut report)?;
+    if scope.is_none() {
+        fill_totals(&store, &branch, &mut report)?;
+    } else {
+        // The per-language and chunk totals cost a join over the branch: the watcher needs neither.
+        report.files = store::count(&store.conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [&branch])?;
+    }
     report.seconds = started.elapsed().as_secs_f64();
     let all_chunks: i64 = store.conn.query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))?;
     store.set_meta("chunk_count", &all_chunks.to_string())?;
     store.set_meta("last_indexed_at", &now_rfc3339())?;
     store.set_meta("root", &report.root)?;
     store.set_meta(INDEXED_BRANCH, &branch)?;
-    store.set_meta("last_index_report", &serde_json::to_string(&report)?)?;
+    if scope.is_none() {
+        // A scoped run's skip counts cover its folders only: `ken status` keeps the last whole run's.
+        store.set_meta("last_index_report", &serde_json::to_string(&report)?)?;
+    }
     store.set_meta("head_commit", head.commit.as_deref().unwrap_or(""))?;
     Ok(report)
 }
 
-/// (path, content hash) of every stored file version, any branch.
-fn known_versions(store: &Store) -> Result<HashMap<String, Vec<i64>>> {
-    let mut stmt = store.conn.prepare("SELECT path, content_hash FROM files")?;
+/// (path, content hash) of the stored file versions, any branch: of `only`
+/// these paths (a few changed files), or of all.
+fn known_versions(store: &Store, only: Option<&Vec<Candidate>>) -> Result<HashMap<String, Vec<i64>>> {
     let mut map: HashMap<String, Vec<i64>> = HashMap::new();
+    if let Some(candidates) = only {
+        let mut stmt = store.conn.prepare("SELECT content_hash FROM files WHERE path = ?1")?;
+        for c in candidates {
+            let hashes: Vec<i64> = stmt
+                .query_map([&c.rel_path], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            if !hashes.is_empty() {
+                map.insert(c.rel_path.clone(), hashes);
+            }
+        }
+        return Ok(map);
+    }
+    let mut stmt = store.conn.prepare("SELECT path, content_hash FROM files")?;
     let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
     for row in rows {
         let (path, hash) = row?;

@@ -31,3 +31,4 @@ pub mod status;
 pub mod store;
 pub mod vectors;
 pub mod watch;
+pub mod watch_bench;

@@ -24,7 +24,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use notify::{PollWatcher, RecommendedWatcher, RecursiveMode};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, PollWatcher, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, NoCache};
 use serde_json::json;
 
@@ -348,16 +349,18 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         }
         state.pending.store(dirty.paths.len() as u64, Ordering::SeqCst);
         if !dirty.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
+            // New folders are watched before they are walked: a file created
+            // meanwhile is either seen by the walk or by its event.
+            let new_dirs: Vec<PathBuf> = dirty.new_dirs.drain().collect();
+            if !new_dirs.is_empty() {
+                let trees: Vec<Start> = new_dirs.into_iter().map(Start::Tree).collect();
+                let found = discover::discover_from(&root, &trees, &opts.index.discover);
+                if let Err(e) = w.add_watches(&mut backend, &found.dirs, None) {
+                    w.warn(&format!("cannot watch new folders: {e}"));
+                }
+            }
             match w.update(&mut dirty) {
                 Ok(()) => {
-                    let new_dirs: Vec<PathBuf> = dirty.new_dirs.drain().collect();
-                    if !new_dirs.is_empty() {
-                        let trees: Vec<Start> = new_dirs.into_iter().map(Start::Tree).collect();
-                        let found = discover::discover_from(&root, &trees, &opts.index.discover);
-                        if let Err(e) = w.add_watches(&mut backend, &found.dirs, None) {
-                            w.warn(&format!("cannot watch new folders: {e}"));
-                        }
-                    }
                     dirty = Dirty::default();
                     retry_at = None;
                     state.pending.store(0, Ordering::SeqCst);
@@ -434,7 +437,14 @@ impl Watcher<'_> {
         };
         let default_excludes = self.opts.index.discover.default_excludes;
         for event in events {
+            // Reads (ours included: indexing opens every changed file) are no change.
+            if let EventKind::Access(kind) = event.kind {
+                if kind != AccessKind::Close(AccessMode::Write) {
+                    continue;
+                }
+            }
             if event.need_rescan() {
+                tracing::debug!("rescan asked by {event:?}");
                 dirty.full = true;
             }
             for path in &event.paths {
@@ -450,16 +460,16 @@ impl Watcher<'_> {
                 if rel.is_empty() {
                     continue;
                 }
-                let name = rel.rsplit('/').next().unwrap_or_default();
-                if matches!(name, ".gitignore" | ".ignore" | ".kenignore") {
-                    dirty.full = true;
-                    continue;
-                }
                 // Hidden and excluded folders are never walked (nor watched, but
                 // events of a folder's own name come from its parent).
                 let mut parts = rel.split('/');
                 let last = parts.next_back().unwrap_or_default();
                 if parts.any(|p| p.starts_with('.') || discover::is_excluded_dir(p, default_excludes)) {
+                    continue;
+                }
+                if matches!(last, ".gitignore" | ".ignore" | ".kenignore") {
+                    tracing::debug!("ignore file changed: {rel}");
+                    dirty.full = true;
                     continue;
                 }
                 dirty.paths.insert(path.clone());
@@ -507,6 +517,12 @@ impl Watcher<'_> {
         self.branch = branch;
         self.commit = head.commit;
         self.embed_pending |= self.opts.embed && (report.parsed > 0 || switched || full);
+        let changed = report.parsed + report.reused + report.removed > 0 || switched;
+        if !changed && self.state.updates.load(Ordering::SeqCst) > 0 {
+            // Events whose files turned out unchanged (a touch, a late event of a checkout).
+            tracing::debug!("checked {} paths: nothing changed", dirty.paths.len());
+            return Ok(());
+        }
         let n = self.state.updates.fetch_add(1, Ordering::SeqCst) + 1;
         let scope_name = if full { "full" } else { "paths" };
         self.report_update(&report, scope_name, dirty.paths.len(), n, started);
