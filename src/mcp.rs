@@ -262,6 +262,7 @@ are computed for new content). estimate_only counts the files without indexing. 
                 let bytes: u64 = found.files.iter().map(|f| f.size).sum();
                 return Ok(serde_json::json!({"files": found.files.len(), "bytes": bytes, "skipped": found.skipped}));
             }
+            crate::watch::check_root(&root, false)?;
             if args.force.unwrap_or(false) {
                 // Under the writer lock, and the WAL with the database: never a half-deleted index.
                 let store = crate::store::Store::open_for_write(&dir)?;

@@ -359,6 +359,23 @@ fn two_writers_cooperate_and_readers_search_while_a_writer_indexes() {
 }
 
 #[test]
+fn the_polling_fallback_sees_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "a.py", "def polled_first_fn():\n    pass\n");
+    let watch = Watch::start(root, &["--poll"]);
+    assert!(watch.events().iter().any(|v| v["backend"] == "poll"));
+    write(root, "sub/b.py", "def polled_later_fn():\n    pass\n");
+    eventually(
+        root,
+        "polled_later_fn",
+        "a polled change is found",
+        found_in("sub/b.py"),
+    );
+    watch.interrupt();
+}
+
+#[test]
 fn broad_roots_are_refused_without_the_flag() {
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(ken_bin())
