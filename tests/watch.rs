@@ -250,6 +250,28 @@ fn a_checkout_of_200_files_is_one_update_and_search_follows_the_branch() {
 
     let watch = Watch::start(root, &[]);
     let before = watch.updates().len();
+    // A reader during the switches: every answer is all main or all feature.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (root, stop) = (root.to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut answers = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = ken(&root, &["search", "--json", "--mode", "lexical", "-k", "20", "return"]);
+                if !out.status.success() {
+                    continue;
+                }
+                let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+                let main = hits
+                    .iter()
+                    .filter(|h| h["symbol"].as_str().unwrap_or("").starts_with("main_"))
+                    .count();
+                assert!(main == 0 || main == hits.len(), "a search mixed the branches: {hits:?}");
+                answers += 1;
+            }
+            answers
+        })
+    };
     git(root, &["checkout", "-q", "feature"]);
     eventually(
         root,
@@ -278,6 +300,8 @@ fn a_checkout_of_200_files_is_one_update_and_search_follows_the_branch() {
     let back = watch.updates();
     let last = back.last().unwrap();
     assert_eq!(last["parsed"], 0, "known contents are not parsed again: {last}");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(reader.join().unwrap() > 0, "the reader got answers");
     let hits = ken_json(root, &["search", "--json", "--freshness", "main_fn_3"]);
     assert_eq!(hits["index"]["branch"], "main", "{hits}");
     assert_eq!(hits["index"]["indexed_branch"], "main", "{hits}");
