@@ -439,3 +439,33 @@ fn a_monorepo_subfolder_is_its_own_root() {
     assert_eq!(search(&sub, "HandleApiRequest", 1)[0]["path"], "handler.go");
     assert!(search(&sub, "renderWebPage", 3).is_empty());
 }
+
+#[test]
+fn worktrees_and_detached_heads_are_detected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    write(&repo, "lib.rs", "pub fn on_main_branch() {}\n");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "init"]);
+    let wt = tmp.path().join("wt");
+    git(&repo, &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()]);
+    write(&wt, "side.rs", "pub fn only_in_the_worktree() {}\n");
+    let report = ken_json(&wt, &["index", "--no-embed", "--json"]);
+    assert_eq!(report["branch"], "side", "{report}");
+    assert_eq!(report["files"], 2, "{report}");
+    let status = ken_json(&wt, &["status", "--json"]);
+    assert_eq!(status["freshness"]["indexed_branch"], "side", "{status}");
+    assert!(status["freshness"]["head_commit"].is_string(), "{status}");
+    // The main checkout's index knows nothing of it.
+    ken_ok(&repo, &["index", "--no-embed", "-q"]);
+    assert!(search(&repo, "only_in_the_worktree", 3)
+        .iter()
+        .all(|h| h["symbol"] != "only_in_the_worktree"));
+    // A detached HEAD has its own catalog key.
+    git(&repo, &["checkout", "-q", "--detach"]);
+    let report = ken_json(&repo, &["index", "--no-embed", "--json"]);
+    assert_eq!(report["branch"], "@detached", "{report}");
+    assert_eq!(report["parsed"], 0, "{report}");
+}
