@@ -424,6 +424,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn starts_cover_their_files() {
+        let root = Path::new("/r");
+        let files = Start::Files(root.join("src"));
+        assert!(files.covers(root, "src/a.rs"));
+        assert!(!files.covers(root, "src/sub/a.rs"));
+        assert!(!files.covers(root, "srcx/a.rs"));
+        let tree = Start::Tree(root.join("src"));
+        assert!(tree.covers(root, "src/sub/a.rs"));
+        assert!(!tree.covers(root, "srcx/a.rs"));
+        assert!(Start::Files(root.to_path_buf()).covers(root, "top.rs"));
+        assert!(Start::Tree(root.to_path_buf()).covers(root, "any/where.rs"));
+    }
+
+    #[test]
     fn content_checks() {
         assert_eq!(check_content(b"fn main() {}\n"), Ok("fn main() {}\n"));
         assert_eq!(check_content(b"ab\0cd"), Err(SkipReason::Binary));

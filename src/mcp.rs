@@ -1109,6 +1109,7 @@ impl KenServer {
     /// Indexes the project then each knowledge base (a base's failure is
     /// reported, not fatal), then embeds if asked to wait for it.
     fn index_all(&self, force: bool, wait: bool, reporter: &Reporter) -> anyhow::Result<IndexOutcome> {
+        crate::watch::check_root(&self.root, false)?;
         if force {
             // Under the writer lock, and the WAL with the database: never a half-deleted index.
             let store = crate::store::Store::open_for_write(&self.index_dir)?;

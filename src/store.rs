@@ -182,6 +182,13 @@ impl Store {
     /// Opens the index for writing, creating it if needed. An index of another
     /// schema version, or one that SQLite cannot read, is rebuilt from scratch.
     pub fn open_for_write(dir: &Path) -> Result<Store> {
+        Self::open_for_write_locked(dir, false)
+    }
+
+    /// [`Store::open_for_write`]; creating or rebuilding the database happens
+    /// under the writer lock (taken here unless `locked`: the caller holds it),
+    /// so two processes starting on a new index never race to create it.
+    fn open_for_write_locked(dir: &Path, locked: bool) -> Result<Store> {
         fs::create_dir_all(dir).with_context(|| format!("cannot create the index directory {}", dir.display()))?;
         // Keeps the index out of `git status` even where .git/info/exclude is not written.
         let ignore_file = dir.join(".gitignore");
@@ -189,6 +196,20 @@ impl Store {
             let _ = fs::write(&ignore_file, "*\n");
         }
         let db = dir.join(DB_FILE);
+        if !locked {
+            if let Ok(Some(conn)) = Self::open_existing_db(&db, false) {
+                return Ok(Store {
+                    conn,
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
+        let _lock = if locked {
+            None
+        } else {
+            Some(lock_dir(dir, Duration::from_secs(120))?)
+        };
+        // Checked again under the lock: another process may have just created it.
         match Self::open_existing_db(&db, false) {
             Ok(Some(conn)) => {
                 return Ok(Store {
@@ -222,7 +243,8 @@ impl Store {
         let dir = self.dir.clone();
         drop(self.conn);
         remove_db_files(&dir.join(DB_FILE))?;
-        Store::open_for_write(&dir)
+        // Callers hold the writer lock while they recreate.
+        Store::open_for_write_locked(&dir, true)
     }
 
     /// Opens an existing index for reading; a clear error if there is none.
@@ -272,43 +294,7 @@ impl Store {
     /// Takes the index's writer lock, waiting up to `timeout` for another
     /// writer. The lock is an OS file lock, so a crashed writer never leaves it held.
     pub fn lock_for_write(&self, timeout: Duration) -> Result<WriteLock> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open the lock file {}", path.display()))?;
-        let started = Instant::now();
-        let mut told = false;
-        loop {
-            // SAFETY: flock on a file descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                // Who holds it, for the message of a process that has to wait.
-                let holder = std::env::args().skip(1).take(2).collect::<Vec<_>>().join(" ");
-                let _ = file.set_len(0);
-                let _ = (&file).write_all(format!("{} ken {holder}\n", std::process::id()).as_bytes());
-                return Ok(WriteLock { _file: file });
-            }
-            // The lock is released when its holder dies, so a held lock has a live holder.
-            let holder = fs::read_to_string(&path).unwrap_or_default();
-            let holder = match holder.trim() {
-                "" => "another ken process".to_string(),
-                h => format!("process {h}"),
-            };
-            if started.elapsed() >= timeout {
-                bail!(
-                    "{holder} is writing the index at {} (waited {:?}); try again when it is done",
-                    self.dir.display(),
-                    timeout
-                );
-            }
-            if !told && timeout >= Duration::from_secs(1) {
-                eprintln!("ken: waiting (up to {timeout:?}) for {holder}, which is writing this index...");
-                told = true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        lock_dir(&self.dir, timeout)
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
@@ -379,6 +365,47 @@ impl Store {
         self.conn
             .execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')", [])?;
         Ok(())
+    }
+}
+
+/// Takes the writer lock of the index in `dir` (see [`Store::lock_for_write`]).
+fn lock_dir(dir: &Path, timeout: Duration) -> Result<WriteLock> {
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open the lock file {}", path.display()))?;
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // Who holds it, for the message of a process that has to wait.
+            let holder = std::env::args().skip(1).take(2).collect::<Vec<_>>().join(" ");
+            let _ = file.set_len(0);
+            let _ = (&file).write_all(format!("{} ken {holder}\n", std::process::id()).as_bytes());
+            return Ok(WriteLock { _file: file });
+        }
+        // The lock is released when its holder dies, so a held lock has a live holder.
+        let holder = fs::read_to_string(&path).unwrap_or_default();
+        let holder = match holder.trim() {
+            "" => "another ken process".to_string(),
+            h => format!("process {h}"),
+        };
+        if started.elapsed() >= timeout {
+            bail!(
+                "{holder} is writing the index at {} (waited {:?}); try again when it is done",
+                dir.display(),
+                timeout
+            );
+        }
+        if !told && timeout >= Duration::from_secs(1) {
+            eprintln!("ken: waiting (up to {timeout:?}) for {holder}, which is writing this index...");
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

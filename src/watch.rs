@@ -60,8 +60,9 @@ impl Default for WatchOptions {
     fn default() -> Self {
         WatchOptions {
             debounce: Duration::from_millis(100),
+            // Short tries, silently retried: a long `ken index` must not make the watcher wait or chatter.
             index: IndexOptions {
-                lock_timeout: Duration::from_secs(5),
+                lock_timeout: Duration::from_millis(900),
                 ..IndexOptions::default()
             },
             embed: true,
@@ -291,11 +292,16 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         embed_pending: opts.embed,
         warned: Default::default(),
     };
-    // Fresh from the start: whatever changed while nobody watched.
-    w.update(&mut Dirty {
+    // Fresh from the start: whatever changed while nobody watched (retried
+    // below if another process is writing the index now).
+    let mut dirty = Dirty {
         full: true,
         ..Dirty::default()
-    })?;
+    };
+    match w.update(&mut dirty) {
+        Ok(()) => dirty = Dirty::default(),
+        Err(e) => w.warn(&format!("index update postponed: {e:#}")),
+    }
     {
         let store = Store::open_for_write(index_dir)?;
         store.set_meta(WATCHER_PID, &std::process::id().to_string())?;
@@ -322,7 +328,6 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         || format!("watching {} ({} folders)", root.display(), dirs.len()),
     );
 
-    let mut dirty = Dirty::default();
     let mut last_gc = Instant::now() - opts.gc_every;
     let mut retry_at: Option<Instant> = None;
     let settle = opts.debounce / 2;
@@ -348,6 +353,12 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         state.pending.store(dirty.paths.len() as u64, Ordering::SeqCst);
+        // A git command in progress (a long checkout) holds index.lock: index
+        // what it did once it is done, never a half-switched tree.
+        if !dirty.is_empty() && w.git_busy() {
+            retry_at = Some(Instant::now() + Duration::from_millis(50));
+            continue;
+        }
         if !dirty.is_empty() && retry_at.is_none_or(|t| Instant::now() >= t) {
             // New folders are watched before they are walked: a file created
             // meanwhile is either seen by the walk or by its event.
@@ -404,6 +415,10 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
 }
 
 impl Watcher<'_> {
+    fn git_busy(&self) -> bool {
+        self.git_dirs.first().is_some_and(|g| g.join("index.lock").exists())
+    }
+
     fn add_watches(&self, backend: &mut Backend, dirs: &[PathBuf], git_dir: Option<&Path>) -> notify::Result<()> {
         for dir in dirs {
             match backend.watch(dir, false) {

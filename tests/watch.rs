@@ -250,6 +250,28 @@ fn a_checkout_of_200_files_is_one_update_and_search_follows_the_branch() {
 
     let watch = Watch::start(root, &[]);
     let before = watch.updates().len();
+    // A reader during the switches: every answer is all main or all feature.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (root, stop) = (root.to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut answers = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = ken(&root, &["search", "--json", "--mode", "lexical", "-k", "20", "return"]);
+                if !out.status.success() {
+                    continue;
+                }
+                let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+                let main = hits
+                    .iter()
+                    .filter(|h| h["symbol"].as_str().unwrap_or("").starts_with("main_"))
+                    .count();
+                assert!(main == 0 || main == hits.len(), "a search mixed the branches: {hits:?}");
+                answers += 1;
+            }
+            answers
+        })
+    };
     git(root, &["checkout", "-q", "feature"]);
     eventually(
         root,
@@ -278,6 +300,8 @@ fn a_checkout_of_200_files_is_one_update_and_search_follows_the_branch() {
     let back = watch.updates();
     let last = back.last().unwrap();
     assert_eq!(last["parsed"], 0, "known contents are not parsed again: {last}");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(reader.join().unwrap() > 0, "the reader got answers");
     let hits = ken_json(root, &["search", "--json", "--freshness", "main_fn_3"]);
     assert_eq!(hits["index"]["branch"], "main", "{hits}");
     assert_eq!(hits["index"]["indexed_branch"], "main", "{hits}");
@@ -359,6 +383,23 @@ fn two_writers_cooperate_and_readers_search_while_a_writer_indexes() {
 }
 
 #[test]
+fn the_polling_fallback_sees_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "a.py", "def polled_first_fn():\n    pass\n");
+    let watch = Watch::start(root, &["--poll"]);
+    assert!(watch.events().iter().any(|v| v["backend"] == "poll"));
+    write(root, "sub/b.py", "def polled_later_fn():\n    pass\n");
+    eventually(
+        root,
+        "polled_later_fn",
+        "a polled change is found",
+        found_in("sub/b.py"),
+    );
+    watch.interrupt();
+}
+
+#[test]
 fn broad_roots_are_refused_without_the_flag() {
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(ken_bin())
@@ -397,4 +438,34 @@ fn a_monorepo_subfolder_is_its_own_root() {
     assert_eq!(report["branch"], "main", "{report}");
     assert_eq!(search(&sub, "HandleApiRequest", 1)[0]["path"], "handler.go");
     assert!(search(&sub, "renderWebPage", 3).is_empty());
+}
+
+#[test]
+fn worktrees_and_detached_heads_are_detected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    write(&repo, "lib.rs", "pub fn on_main_branch() {}\n");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "init"]);
+    let wt = tmp.path().join("wt");
+    git(&repo, &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()]);
+    write(&wt, "side.rs", "pub fn only_in_the_worktree() {}\n");
+    let report = ken_json(&wt, &["index", "--no-embed", "--json"]);
+    assert_eq!(report["branch"], "side", "{report}");
+    assert_eq!(report["files"], 2, "{report}");
+    let status = ken_json(&wt, &["status", "--json"]);
+    assert_eq!(status["freshness"]["indexed_branch"], "side", "{status}");
+    assert!(status["freshness"]["head_commit"].is_string(), "{status}");
+    // The main checkout's index knows nothing of it.
+    ken_ok(&repo, &["index", "--no-embed", "-q"]);
+    assert!(search(&repo, "only_in_the_worktree", 3)
+        .iter()
+        .all(|h| h["symbol"] != "only_in_the_worktree"));
+    // A detached HEAD has its own catalog key.
+    git(&repo, &["checkout", "-q", "--detach"]);
+    let report = ken_json(&repo, &["index", "--no-embed", "--json"]);
+    assert_eq!(report["branch"], "@detached", "{report}");
+    assert_eq!(report["parsed"], 0, "{report}");
 }
