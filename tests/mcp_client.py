@@ -83,6 +83,8 @@ async def main():
 
             # A good search: the definition first, with its code.
             out = structured(await session.call_tool("codebase_search", {"query": "render_template", "limit": 3}))
+            index = out["index"]
+            check(index["indexed_at"] and index["pending_changes"] is not None and "branch" in index, f"freshness {index}")
             top = out["results"][0]
             check(top["symbol"] == "render_template" and top["path"] == "src/lib.rs", f"top result {top}")
             check("fn render_template" in top["code"], "code is returned")
