@@ -204,3 +204,47 @@ fn an_index_without_a_graph_says_so() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no code graph"));
 }
+
+#[test]
+fn huge_fan_in_and_fan_out_are_capped_and_say_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Fifteen classes with a `get` method: an unknown receiver's `.get()` is ambiguous.
+    for i in 0..15 {
+        write(
+            dir,
+            &format!("m{i:02}.py"),
+            &format!("class C{i}:\n    def get(self):\n        return {i}\n"),
+        );
+    }
+    write(dir, "use.py", "def fetch(x):\n    return x.get()\n");
+    // More calls of one function than a level examines.
+    let calls = "    target()\n".repeat(ken::graph::query::MAX_REFS_PER_LEVEL + 1);
+    write(
+        dir,
+        "t.py",
+        &format!("def target():\n    return 1\n\n\ndef caller():\n{calls}"),
+    );
+    ken_ok(dir, &["index", "--no-embed", "-q"]);
+
+    let out = ken_json(dir, &["callgraph", "fetch", "--callees", "--json"]);
+    let edges = out["edges"].as_array().unwrap();
+    let max = ken::graph::query::MAX_CANDIDATES;
+    assert_eq!(edges.len(), max, "{out}");
+    for e in edges {
+        assert_eq!(e["confidence"], "ambiguous");
+        assert_eq!(e["candidate_count"], 15);
+        assert_eq!(e["candidates"].as_array().unwrap().len(), max);
+    }
+    assert_eq!(out["truncated"], false);
+    // The callers of one of them beyond the first ten still find the call.
+    let out = ken_json(dir, &["callgraph", "m14.py:2", "--callers", "--json"]);
+    assert_eq!(out["edges"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out["edges"][0]["candidate_count"], 15);
+
+    let out = ken_json(dir, &["callgraph", "target", "--callers", "--json"]);
+    assert_eq!(out["truncated"], true, "{out}");
+    assert!(out["note"].as_str().unwrap().contains("partial"), "{out}");
+    let tree = ken_ok(dir, &["callgraph", "target", "--callers"]);
+    assert!(tree.contains("truncated:"), "{tree}");
+}

@@ -124,8 +124,8 @@ fn symbol_line(sym: &Symbol, s: Style) -> String {
 }
 
 fn edge_note(e: &Edge, s: Style) -> String {
-    let alternatives = if e.candidates.len() > 1 {
-        format!(", {} candidates", e.candidates.len())
+    let alternatives = if e.candidate_count > 1 {
+        format!(", {} candidates", e.candidate_count)
     } else {
         String::new()
     };
@@ -152,7 +152,8 @@ pub fn render_tree(graph: &CallGraph, s: Style) -> String {
     let mut expanded = HashSet::from([graph.symbol.id]);
     tree_level(graph, graph.symbol.id, 1, "", &mut expanded, s, &mut out);
     if graph.truncated {
-        out.push_str(&format!("  ... cut at {} edges\n", graph.edges.len()));
+        let why = graph.note.as_deref().unwrap_or("the answer is partial");
+        out.push_str(&format!("  ... truncated: {why} ({} edges shown)\n", graph.edges.len()));
     }
     out
 }
@@ -195,6 +196,10 @@ fn tree_level(
 /// A call path, one call per line.
 pub fn render_path(path: &CallPath, s: Style) -> String {
     let mut out = String::new();
+    let note = match (&path.note, path.truncated) {
+        (Some(n), true) => format!("  ... truncated: {n}\n"),
+        _ => String::new(),
+    };
     if path.edges.is_empty() {
         out.push_str(&format!(
             "no call path from {} to {} (within {} calls)\n",
@@ -202,11 +207,13 @@ pub fn render_path(path: &CallPath, s: Style) -> String {
             path.to.qualified(),
             super::query::MAX_PATH_DEPTH
         ));
+        out.push_str(&note);
         return out;
     }
     out.push_str(&format!("{}\n", symbol_line(&path.from, s)));
     for e in &path.edges {
         out.push_str(&format!("  → {}  {}\n", symbol_line(&e.to, s), edge_note(e, s)));
     }
+    out.push_str(&note);
     out
 }

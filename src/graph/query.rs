@@ -92,9 +92,18 @@ pub struct Edge {
     pub call_site: Site,
     /// Distance from the queried symbol (1: direct).
     pub depth: usize,
-    /// For ambiguous edges: every definition the reference may mean.
+    /// For ambiguous edges: the definitions the reference may mean, the
+    /// first [`MAX_CANDIDATES`] of them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Symbol>,
+    /// For ambiguous edges: how many definitions the reference may mean
+    /// (more than `candidates` lists when above [`MAX_CANDIDATES`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub candidate_count: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Edge {
@@ -126,8 +135,11 @@ pub struct CallGraph {
     pub direction: Direction,
     pub depth: usize,
     pub edges: Vec<Edge>,
-    /// Set when the edge limit cut the answer short.
+    /// Set when the edge limit or the reference limit per level cut the answer short.
     pub truncated: bool,
+    /// Why the answer is partial, when `truncated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The answer to a path query: the calls from `from` to `to`, in order.
@@ -137,6 +149,12 @@ pub struct CallPath {
     pub to: Symbol,
     /// Empty when no path was found within the depth limit.
     pub edges: Vec<Edge>,
+    /// Set when the reference limit per level stopped the search early (a
+    /// path may exist that was not found, or a shorter one).
+    pub truncated: bool,
+    /// Why the search is partial, when `truncated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A symbol argument that names several definitions.
@@ -167,6 +185,12 @@ impl std::error::Error for Ambiguous {}
 pub const MAX_EDGES: usize = 2000;
 /// Calls followed at most by a path search.
 pub const MAX_PATH_DEPTH: usize = 12;
+/// Candidates listed on an ambiguous edge at most (the count says how many there are);
+/// callees and paths follow an ambiguous reference to these only.
+pub const MAX_CANDIDATES: usize = 10;
+/// References examined per level of a callers/callees query or path search at
+/// most, so that a name with huge fan-in or fan-out cannot take seconds.
+pub const MAX_REFS_PER_LEVEL: usize = 5000;
 const CALL_KINDS: &[&str] = &["call", "method_call", "constructor"];
 
 const SYMBOL_COLUMNS: &str =
@@ -204,15 +228,25 @@ fn ref_row(r: &rusqlite::Row) -> rusqlite::Result<Ref> {
     })
 }
 
+/// Definitions shared between the caches and resolutions of one query.
+pub type Shared = Rc<Vec<Rc<Symbol>>>;
+
 /// The graph of one branch of an index, with caches for one session of queries.
 pub struct Graph<'c> {
     pub(super) conn: &'c Connection,
     pub(super) branch: String,
-    by_name: HashMap<String, Rc<Vec<Symbol>>>,
+    by_name: HashMap<String, Rc<Vec<Rc<Symbol>>>>,
+    /// `by_name` per language family: name -> [(family, definitions)].
+    by_family: HashMap<String, Vec<(String, Shared)>>,
     by_id: HashMap<i64, Option<Symbol>>,
     pub(super) imports: HashMap<i64, Rc<Vec<Ref>>>,
     pub(super) paths: Option<Rc<Vec<String>>>,
     pub(super) module_cache: HashMap<String, bool>,
+    /// Definitions of a name in a module's files, by family, name and module.
+    pub(super) in_module_cache: HashMap<String, Rc<Vec<Rc<Symbol>>>>,
+    /// Method calls on objects of unknown type, by (name, language family,
+    /// class excluded): they resolve alike, so once per query.
+    pub(super) method_cache: HashMap<(String, String, Option<String>), Resolution>,
 }
 
 impl<'c> Graph<'c> {
@@ -248,15 +282,18 @@ impl<'c> Graph<'c> {
             conn,
             branch: branch.to_string(),
             by_name: HashMap::new(),
+            by_family: HashMap::new(),
             by_id: HashMap::new(),
             imports: HashMap::new(),
             paths: None,
             module_cache: HashMap::new(),
+            in_module_cache: HashMap::new(),
+            method_cache: HashMap::new(),
         }
     }
 
     /// Definitions named `name` on the branch.
-    pub fn symbols_named(&mut self, name: &str) -> Result<Rc<Vec<Symbol>>> {
+    pub fn symbols_named(&mut self, name: &str) -> Result<Rc<Vec<Rc<Symbol>>>> {
         if let Some(found) = self.by_name.get(name) {
             return Ok(found.clone());
         }
@@ -264,13 +301,32 @@ impl<'c> Graph<'c> {
             "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
              JOIN files f ON f.id = s.file_id WHERE s.name = ?2 ORDER BY f.path, s.line"
         );
-        let rows: Vec<Symbol> = self
+        let rows: Vec<Rc<Symbol>> = self
             .conn
             .prepare_cached(&sql)?
-            .query_map(params![self.branch, name], symbol_row)?
+            .query_map(params![self.branch, name], |r| symbol_row(r).map(Rc::new))?
             .collect::<rusqlite::Result<_>>()?;
         let rows = Rc::new(rows);
         self.by_name.insert(name.to_string(), rows.clone());
+        Ok(rows)
+    }
+
+    /// Definitions named `name` in the language family `fam`, computed once per name and family.
+    pub(super) fn family_named(&mut self, name: &str, fam: &str) -> Result<Rc<Vec<Rc<Symbol>>>> {
+        if let Some(found) = self.by_family.get(name).and_then(|v| v.iter().find(|(f, _)| f == fam)) {
+            return Ok(found.1.clone());
+        }
+        let rows: Vec<Rc<Symbol>> = self
+            .symbols_named(name)?
+            .iter()
+            .filter(|s| super::resolve::family(&s.language) == fam)
+            .cloned()
+            .collect();
+        let rows = Rc::new(rows);
+        self.by_family
+            .entry(name.to_string())
+            .or_default()
+            .push((fam.to_string(), rows.clone()));
         Ok(rows)
     }
 
@@ -325,10 +381,12 @@ impl<'c> Graph<'c> {
         Ok(paths)
     }
 
-    fn refs_where(&self, condition: &str, p: impl rusqlite::Params) -> Result<Vec<Ref>> {
+    /// References matching `condition`, `limit` at most.
+    fn refs_where(&self, condition: &str, limit: usize, p: impl rusqlite::Params) -> Result<Vec<Ref>> {
+        let limit = limit.min(i64::MAX as usize);
         let sql = format!(
             "SELECT {REF_COLUMNS} FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-             JOIN files f ON f.id = r.file_id WHERE {condition} ORDER BY f.path, r.line"
+             JOIN files f ON f.id = r.file_id WHERE {condition} ORDER BY f.path, r.line LIMIT {limit}"
         );
         Ok(self
             .conn
@@ -338,9 +396,9 @@ impl<'c> Graph<'c> {
     }
 
     /// References that may mean a definition named `name`: by that name, or
-    /// by a local alias some file imports it under.
-    fn refs_named(&self, name: &str) -> Result<Vec<Ref>> {
-        let mut refs = self.refs_where("r.name = ?2", params![self.branch, name])?;
+    /// by a local alias some file imports it under; `limit` at most.
+    fn refs_named(&self, name: &str, limit: usize) -> Result<Vec<Ref>> {
+        let mut refs = self.refs_where("r.name = ?2", limit, params![self.branch, name])?;
         let aliases: Vec<String> = self
             .conn
             .prepare_cached(
@@ -350,7 +408,14 @@ impl<'c> Graph<'c> {
             .query_map(params![self.branch, name], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         for alias in aliases {
-            let aliased = self.refs_where("r.name = ?2 AND r.kind != 'import'", params![self.branch, alias])?;
+            if refs.len() >= limit {
+                break;
+            }
+            let aliased = self.refs_where(
+                "r.name = ?2 AND r.kind != 'import'",
+                limit - refs.len(),
+                params![self.branch, alias],
+            )?;
             refs.extend(aliased);
         }
         Ok(refs)
@@ -384,8 +449,16 @@ impl<'c> Graph<'c> {
         let direct = self.symbols_named(spec)?;
         if !direct.is_empty() {
             // `impl Foo` blocks stand behind the definition of Foo.
-            let defs: Vec<Symbol> = direct.iter().filter(|s| s.kind != "impl").cloned().collect();
-            return Ok(if defs.is_empty() { direct.to_vec() } else { defs });
+            let defs: Vec<Symbol> = direct
+                .iter()
+                .filter(|s| s.kind != "impl")
+                .map(|s| Symbol::clone(s))
+                .collect();
+            return Ok(if defs.is_empty() {
+                direct.iter().map(|s| Symbol::clone(s)).collect()
+            } else {
+                defs
+            });
         }
         let split = spec
             .rsplit_once("::")
@@ -397,7 +470,7 @@ impl<'c> Graph<'c> {
             return Ok(named
                 .iter()
                 .filter(|s| s.container.as_deref() == Some(container.as_str()))
-                .cloned()
+                .map(|s| Symbol::clone(s))
                 .collect());
         }
         Ok(Vec::new())
@@ -440,24 +513,39 @@ impl<'c> Graph<'c> {
         })
     }
 
-    /// The edges one reference makes (none when it resolves to nothing in the repository).
+    /// The edges one reference makes (none when it resolves to nothing in the
+    /// repository). An ambiguous reference makes edges to its first
+    /// [`MAX_CANDIDATES`] candidates; the edges carry the count.
     pub fn edges_of(&mut self, r: &Ref, depth: usize) -> Result<Vec<Edge>> {
+        self.edges_to(r, depth, None)
+    }
+
+    /// The edges of `r`; with `only`, just the edge to that symbol (whatever
+    /// its place among the candidates), without building the others.
+    fn edges_to(&mut self, r: &Ref, depth: usize, only: Option<i64>) -> Result<Vec<Edge>> {
         let Resolution { targets, confidence } = self.resolve(r)?;
-        if targets.is_empty() {
+        let ambiguous = confidence == Confidence::Ambiguous;
+        let chosen: Vec<&Rc<Symbol>> = match only {
+            Some(id) => targets.iter().filter(|s| s.id == id).collect(),
+            None if ambiguous => targets.iter().take(MAX_CANDIDATES).collect(),
+            None => targets.iter().collect(),
+        };
+        if chosen.is_empty() {
             return Ok(Vec::new());
         }
         let from = self.caller_symbol(r)?;
-        let candidates = if confidence == Confidence::Ambiguous {
-            targets.iter().take(10).cloned().collect()
+        let (candidates, candidate_count): (Vec<Symbol>, usize) = if ambiguous {
+            let listed = targets.iter().take(MAX_CANDIDATES).map(|s| Symbol::clone(s)).collect();
+            (listed, targets.len())
         } else {
-            Vec::new()
+            (Vec::new(), 0)
         };
-        Ok(targets
-            .iter()
+        Ok(chosen
+            .into_iter()
             .map(|to| Edge {
                 kind: super::resolve::edge_kind(r, to),
                 from: from.clone(),
-                to: to.clone(),
+                to: Symbol::clone(to),
                 confidence,
                 call_site: Site {
                     path: r.path.clone(),
@@ -465,6 +553,7 @@ impl<'c> Graph<'c> {
                 },
                 depth,
                 candidates: candidates.clone(),
+                candidate_count,
             })
             .collect())
     }
@@ -478,13 +567,21 @@ impl<'c> Graph<'c> {
         let mut seen: HashSet<i64> = HashSet::from([symbol.id]);
         let mut frontier = vec![symbol.clone()];
         let mut truncated = false;
+        let mut note = None;
         'levels: for level in 1..=depth {
             let mut next = Vec::new();
+            let mut budget = MAX_REFS_PER_LEVEL;
             for node in &frontier {
-                let found = match direction {
-                    Direction::Callers => self.callers_of(node, level)?,
-                    Direction::Callees => self.callees_of(node, level)?,
+                let (found, cut) = match direction {
+                    Direction::Callers => self.callers_within(node, level, &mut budget)?,
+                    Direction::Callees => self.callees_within(node, level, &mut budget)?,
                 };
+                if cut && !truncated {
+                    truncated = true;
+                    note = Some(format!(
+                        "stopped after {MAX_REFS_PER_LEVEL} references at depth {level}: the answer is partial"
+                    ));
+                }
                 // Imports serve resolution; they are not calls.
                 for edge in found.into_iter().filter(|e| e.kind != "import") {
                     let other = match direction {
@@ -500,8 +597,12 @@ impl<'c> Graph<'c> {
                     edges.push(edge);
                     if edges.len() >= MAX_EDGES {
                         truncated = true;
+                        note = Some(format!("stopped at {MAX_EDGES} edges: the answer is partial"));
                         break 'levels;
                     }
+                }
+                if cut {
+                    break;
                 }
             }
             frontier = next;
@@ -512,65 +613,104 @@ impl<'c> Graph<'c> {
             depth,
             edges,
             truncated,
+            note,
         })
     }
 
     /// Direct callers (and importers, subclasses) of `symbol`.
     pub fn callers_of(&mut self, symbol: &Symbol, depth: usize) -> Result<Vec<Edge>> {
+        Ok(self.callers_within(symbol, depth, &mut { usize::MAX })?.0)
+    }
+
+    /// Direct callers, examining `budget` references at most (taken off the
+    /// budget); true when references were left unexamined.
+    fn callers_within(&mut self, symbol: &Symbol, depth: usize, budget: &mut usize) -> Result<(Vec<Edge>, bool)> {
+        let limit = budget.saturating_add(1);
+        let refs = self.refs_named(&symbol.name, limit)?;
+        let cut = refs.len() > *budget;
         let mut out = Vec::new();
-        for r in self.refs_named(&symbol.name)? {
-            for edge in self.edges_of(&r, depth)? {
-                if edge.to.id == symbol.id {
-                    out.push(edge);
-                }
-            }
+        for r in refs.iter().take(*budget) {
+            out.extend(self.edges_to(r, depth, Some(symbol.id))?);
         }
-        Ok(out)
+        *budget -= refs.len().min(*budget);
+        Ok((out, cut))
     }
 
     /// Direct callees (and bases, imports) of `symbol`.
     pub fn callees_of(&mut self, symbol: &Symbol, depth: usize) -> Result<Vec<Edge>> {
+        Ok(self.callees_within(symbol, depth, &mut { usize::MAX })?.0)
+    }
+
+    /// Direct callees, examining `budget` references at most (taken off the
+    /// budget); true when references were left unexamined.
+    fn callees_within(&mut self, symbol: &Symbol, depth: usize, budget: &mut usize) -> Result<(Vec<Edge>, bool)> {
         // A definition's references are in its own file (refs are clustered by file).
         let refs = self.refs_where(
             "r.file_id = ?2 AND r.caller = ?3",
+            budget.saturating_add(1),
             params![self.branch, symbol.file_id, symbol.id],
         )?;
+        let cut = refs.len() > *budget;
         let mut out = Vec::new();
-        for r in refs {
-            out.extend(self.edges_of(&r, depth)?);
+        for r in refs.iter().take(*budget) {
+            out.extend(self.edges_of(r, depth)?);
         }
-        Ok(out)
+        *budget -= refs.len().min(*budget);
+        Ok((out, cut))
     }
 
     /// The shortest chain of calls from `from` to `to` (breadth first over
     /// callees; ambiguous edges only if no path exists without them).
     pub fn path(&mut self, from: &Symbol, to: &Symbol) -> Result<CallPath> {
+        let mut truncated = false;
+        let mut edges = Vec::new();
         for allow_ambiguous in [false, true] {
-            if let Some(edges) = self.shortest_path(from, to, allow_ambiguous)? {
-                return Ok(CallPath {
-                    from: from.clone(),
-                    to: to.clone(),
-                    edges,
-                });
+            let (found, cut) = self.shortest_path(from, to, allow_ambiguous)?;
+            truncated |= cut;
+            if let Some(found) = found {
+                edges = found;
+                break;
             }
         }
         Ok(CallPath {
             from: from.clone(),
             to: to.clone(),
-            edges: Vec::new(),
+            edges,
+            truncated,
+            note: truncated.then(|| {
+                format!("the search stopped early ({MAX_REFS_PER_LEVEL} references per depth at most): a path may be missed")
+            }),
         })
     }
 
-    fn shortest_path(&mut self, from: &Symbol, to: &Symbol, allow_ambiguous: bool) -> Result<Option<Vec<Edge>>> {
+    /// Breadth first over callees; true when the reference limit of a level
+    /// left nodes unexpanded.
+    fn shortest_path(
+        &mut self,
+        from: &Symbol,
+        to: &Symbol,
+        allow_ambiguous: bool,
+    ) -> Result<(Option<Vec<Edge>>, bool)> {
         const MAX_VISITED: usize = 20_000;
         let mut came_from: HashMap<i64, Edge> = HashMap::new();
         let mut queue = VecDeque::from([(from.clone(), 0usize)]);
         let mut seen: HashSet<i64> = HashSet::from([from.id]);
+        let (mut level, mut budget, mut cut) = (0, MAX_REFS_PER_LEVEL, false);
         while let Some((node, depth)) = queue.pop_front() {
             if depth >= MAX_PATH_DEPTH || seen.len() > MAX_VISITED {
+                cut |= seen.len() > MAX_VISITED;
                 break;
             }
-            for edge in self.callees_of(&node, depth + 1)? {
+            if depth != level {
+                (level, budget) = (depth, MAX_REFS_PER_LEVEL);
+            }
+            if budget == 0 {
+                cut = true;
+                continue;
+            }
+            let (found, partial) = self.callees_within(&node, depth + 1, &mut budget)?;
+            cut |= partial;
+            for edge in found {
                 let usable = CALL_KINDS.contains(&edge.kind.as_str())
                     && (allow_ambiguous || edge.confidence != Confidence::Ambiguous);
                 if !usable || !seen.insert(edge.to.id) {
@@ -590,17 +730,17 @@ impl<'c> Graph<'c> {
                     for (i, e) in chain.iter_mut().enumerate() {
                         e.depth = i + 1;
                     }
-                    return Ok(Some(chain));
+                    return Ok((Some(chain), cut));
                 }
                 queue.push_back((next, depth + 1));
             }
         }
-        Ok(None)
+        Ok((None, cut))
     }
 
     /// Every edge of the branch, in path and line order (for tests and benchmarks).
     pub fn all_edges(&mut self) -> Result<Vec<Edge>> {
-        let refs = self.refs_where("1 = 1", params![self.branch])?;
+        let refs = self.refs_where("1 = 1", usize::MAX, params![self.branch])?;
         let mut out = Vec::new();
         for r in refs {
             out.extend(self.edges_of(&r, 1)?);

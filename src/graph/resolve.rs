@@ -8,6 +8,8 @@
 //! the edge `ambiguous`, with the candidates listed. A call through an import
 //! of a module outside the repository resolves to nothing.
 
+use std::rc::Rc;
+
 use serde::Serialize;
 
 use super::extract::{module_name, CONTAINER_KINDS, SELF_WORDS};
@@ -47,27 +49,28 @@ impl Confidence {
 
 /// The definitions a reference resolves to (none: outside the repository).
 pub struct Resolution {
-    pub targets: Vec<Symbol>,
+    /// Shared with the per-name cache: resolving never copies a definition.
+    pub targets: Rc<Vec<Rc<Symbol>>>,
     pub confidence: Confidence,
 }
 
 impl Resolution {
     fn none() -> Resolution {
         Resolution {
-            targets: Vec::new(),
+            targets: Rc::new(Vec::new()),
             confidence: Confidence::Unique,
         }
     }
 
     /// `set` found at one level: overloads (one file, one container) are all
     /// meant; definitions in different places make the reference ambiguous.
-    fn at(set: Vec<Symbol>, confidence: Confidence) -> Resolution {
+    fn at(set: Vec<Rc<Symbol>>, confidence: Confidence) -> Resolution {
         let same_place = set
             .iter()
             .all(|s| s.file_id == set[0].file_id && s.container == set[0].container);
         Resolution {
             confidence: if same_place { confidence } else { Confidence::Ambiguous },
-            targets: set,
+            targets: Rc::new(set),
         }
     }
 }
@@ -95,7 +98,7 @@ const TYPES: &[&str] = &[
 ];
 
 /// Languages whose code can call each other's definitions.
-fn family(language: &str) -> &str {
+pub(super) fn family(language: &str) -> &str {
     match language {
         "javascript" | "typescript" | "tsx" => "js",
         "c" | "cpp" => "c",
@@ -257,12 +260,11 @@ impl Graph<'_> {
     }
 
     /// Candidates named `name` in the language family of `r` that `keep` accepts.
-    fn candidates(&mut self, r: &Ref, name: &str, keep: &dyn Fn(&Symbol) -> bool) -> Result<Vec<Symbol>> {
-        let fam = family(&r.language);
+    fn candidates(&mut self, r: &Ref, name: &str, keep: &dyn Fn(&Symbol) -> bool) -> Result<Vec<Rc<Symbol>>> {
         Ok(self
-            .symbols_named(name)?
+            .family_named(name, family(&r.language))?
             .iter()
-            .filter(|s| family(&s.language) == fam && keep(s))
+            .filter(|s| keep(s))
             .cloned()
             .collect())
     }
@@ -282,10 +284,10 @@ impl Graph<'_> {
     /// Same file, then imports, then same directory, then a unique name.
     fn by_scope(&mut self, r: &Ref, keep: &dyn Fn(&Symbol) -> bool) -> Result<Resolution> {
         let cands = self.candidates(r, &r.name, keep)?;
-        let local: Vec<Symbol> = cands.iter().filter(|s| s.file_id == r.file_id).cloned().collect();
+        let local: Vec<Rc<Symbol>> = cands.iter().filter(|s| s.file_id == r.file_id).cloned().collect();
         if !local.is_empty() {
             let container = self.caller_container(r)?;
-            let closest: Vec<Symbol> = local.iter().filter(|s| s.container == container).cloned().collect();
+            let closest: Vec<Rc<Symbol>> = local.iter().filter(|s| s.container == container).cloned().collect();
             return Ok(Resolution::at(
                 if closest.is_empty() { local } else { closest },
                 Confidence::Local,
@@ -300,9 +302,9 @@ impl Graph<'_> {
     }
 
     /// Same directory, then a unique name, else ambiguous.
-    fn beyond_imports(&self, r: &Ref, cands: Vec<Symbol>) -> Resolution {
+    fn beyond_imports(&self, r: &Ref, cands: Vec<Rc<Symbol>>) -> Resolution {
         let dir = dir_of(&r.path);
-        let package: Vec<Symbol> = cands.iter().filter(|s| dir_of(&s.path) == dir).cloned().collect();
+        let package: Vec<Rc<Symbol>> = cands.iter().filter(|s| dir_of(&s.path) == dir).cloned().collect();
         if !package.is_empty() {
             return Resolution::at(package, Confidence::Package);
         }
@@ -343,10 +345,11 @@ impl Graph<'_> {
             }
             let path = ModulePath::new(&r.path, &r.language, &module_text);
             // What a module gives is module-level, never a method.
-            let found: Vec<Symbol> = self
-                .candidates(r, &wanted, keep)?
-                .into_iter()
-                .filter(|s| path.matches(&s.path) && !(is_receiver && s.kind == "method"))
+            let found: Vec<Rc<Symbol>> = self
+                .in_module(r, &wanted, &path)?
+                .iter()
+                .filter(|s| keep(s) && !(is_receiver && s.kind == "method"))
+                .cloned()
                 .collect();
             if !found.is_empty() {
                 return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
@@ -359,6 +362,25 @@ impl Graph<'_> {
             }
         }
         Ok(ImportHit::NotImported)
+    }
+
+    /// Definitions named `name` (in the family of `r`) in the files of
+    /// `module`: matched once per query for a name and module.
+    fn in_module(&mut self, r: &Ref, name: &str, module: &ModulePath) -> Result<Rc<Vec<Rc<Symbol>>>> {
+        let fam = family(&r.language);
+        let key = format!("{fam}\0{name}\0{}{}", module.anchored, module.comps.join("/"));
+        if let Some(found) = self.in_module_cache.get(&key) {
+            return Ok(found.clone());
+        }
+        let found: Vec<Rc<Symbol>> = self
+            .family_named(name, fam)?
+            .iter()
+            .filter(|s| module.matches(&s.path))
+            .cloned()
+            .collect();
+        let found = Rc::new(found);
+        self.in_module_cache.insert(key, found.clone());
+        Ok(found)
     }
 
     fn in_repository(&mut self, module: &ModulePath) -> Result<bool> {
@@ -376,7 +398,7 @@ impl Graph<'_> {
             return Ok(Resolution::none());
         };
         let path = ModulePath::new(&r.path, &r.language, module);
-        let found: Vec<Symbol> = self
+        let found: Vec<Rc<Symbol>> = self
             .candidates(r, &r.name, &|s: &Symbol| s.container.is_none())?
             .into_iter()
             .filter(|s| path.matches(&s.path))
@@ -426,7 +448,7 @@ impl Graph<'_> {
             // Rust paths to modules: `util::helper()`.
             if r.language == "rust" && recv.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':') {
                 let path = ModulePath::new(&r.path, &r.language, &recv);
-                let found: Vec<Symbol> = self
+                let found: Vec<Rc<Symbol>> = self
                     .candidates(r, &r.name, &|s: &Symbol| callable(s) && s.container.is_none())?
                     .into_iter()
                     .filter(|s| path.matches(&s.path))
@@ -442,27 +464,43 @@ impl Graph<'_> {
             "super" => self.caller_container(r)?,
             _ => None,
         };
+        // The same for every such reference to the name: resolved once per query.
+        let key = (r.name.clone(), family(&r.language).to_string(), own.clone());
+        if let Some(known) = self.method_cache.get(&key) {
+            return Ok(Resolution {
+                targets: known.targets.clone(),
+                confidence: known.confidence,
+            });
+        }
         let methods = self.candidates(r, &r.name, &|s: &Symbol| {
             callable(s) && s.container.is_some() && (own.is_none() || s.container != own)
         })?;
-        Ok(match methods.len() {
+        let res = match methods.len() {
             0 => Resolution::none(),
             _ => Resolution::at(methods, Confidence::Unique),
-        })
+        };
+        self.method_cache.insert(
+            key,
+            Resolution {
+                targets: res.targets.clone(),
+                confidence: res.confidence,
+            },
+        );
+        Ok(res)
     }
 
     /// Among the methods of the receiver's type: the same file, then the same
     /// directory, then the only place that type's methods are.
-    fn pick_own(&self, r: &Ref, own: Vec<Symbol>) -> Option<Resolution> {
+    fn pick_own(&self, r: &Ref, own: Vec<Rc<Symbol>>) -> Option<Resolution> {
         if own.is_empty() {
             return None;
         }
-        let local: Vec<Symbol> = own.iter().filter(|s| s.file_id == r.file_id).cloned().collect();
+        let local: Vec<Rc<Symbol>> = own.iter().filter(|s| s.file_id == r.file_id).cloned().collect();
         if !local.is_empty() {
             return Some(Resolution::at(local, Confidence::Receiver));
         }
         let dir = dir_of(&r.path);
-        let package: Vec<Symbol> = own.iter().filter(|s| dir_of(&s.path) == dir).cloned().collect();
+        let package: Vec<Rc<Symbol>> = own.iter().filter(|s| dir_of(&s.path) == dir).cloned().collect();
         if !package.is_empty() {
             return Some(Resolution::at(package, Confidence::Receiver));
         }
