@@ -854,7 +854,8 @@ calls, constructors, inheritance and imports resolved by scope, imports and rece
 and same-named functions elsewhere. symbol: a name (`parse`, `Parser.parse`), `path:line` or a symbol id; an \
 ambiguous name returns the candidates to choose from. Each edge has the call site (path:line), kind and \
 confidence (receiver, local, import, package, unique, ambiguous).",
-        annotations(read_only_hint = true)
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::graph::query::CallGraph>()
     )]
     async fn call_graph(
         &self,
@@ -884,7 +885,8 @@ confidence (receiver, local, import, package, unique, ambiguous).",
         description = "The shortest chain of calls from one symbol to another (how does A reach B?), from ken's \
 code graph. from/to: a name, `path:line` or symbol id. Returns the calls in order with call sites, or no edges \
 when there is no path within 12 calls.",
-        annotations(read_only_hint = true)
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::graph::query::CallPath>()
     )]
     async fn call_graph_path(
         &self,

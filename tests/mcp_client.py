@@ -25,7 +25,7 @@ READ_ONLY = {
     "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "index_status",
     "index_metrics", "index_logs", "list_knowledge_bases",
 }
-DATA_TOOLS = EXPECTED_TOOLS - {"call_graph", "call_graph_path"}
+DATA_TOOLS = EXPECTED_TOOLS
 
 
 def check(condition, message):

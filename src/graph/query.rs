@@ -16,7 +16,7 @@ use super::resolve::{Confidence, Resolution};
 use crate::store::Store;
 
 /// A definition on the branch.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Symbol {
     /// Symbol id (0: the top-level code of the file).
     pub id: i64,
@@ -75,14 +75,14 @@ pub struct Ref {
     pub caller: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct Site {
     pub path: String,
     pub line: u32,
 }
 
 /// One resolved reference: `from` refers to `to` at `call_site`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Edge {
     pub from: Symbol,
     pub to: Symbol,
@@ -129,7 +129,7 @@ pub enum Direction {
 }
 
 /// The answer to a callers/callees query.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CallGraph {
     pub symbol: Symbol,
     pub direction: Direction,
@@ -143,7 +143,7 @@ pub struct CallGraph {
 }
 
 /// The answer to a path query: the calls from `from` to `to`, in order.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CallPath {
     pub from: Symbol,
     pub to: Symbol,
