@@ -310,7 +310,7 @@ fn run(cli: Cli) -> Result<i32> {
                 "index",
                 args.allow_broad_root,
             )?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let opts = IndexOptions {
                 discover: DiscoverOptions {
                     max_file_size: args.max_file_size,
@@ -359,7 +359,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Search(args) => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let req = SearchRequest {
                 query: args.query.join(" "),
                 limit: args.k,
@@ -371,14 +371,18 @@ fn run(cli: Cli) -> Result<i32> {
             };
             let searcher = Searcher::open(&root, &index_dir)?;
             let mut opened = Vec::new();
-            for base in kb::list(&index_dir)? {
+            let bases = kb::list(&index_dir).unwrap_or_else(|e| {
+                eprintln!("ken: knowledge bases are not searched: {e:#}");
+                Vec::new()
+            });
+            for base in bases {
                 match Searcher::open(base.root(), &base.index_dir(&index_dir)) {
                     Ok(s) => opened.push((base, s)),
                     Err(e) => eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name),
                 }
             }
             let bases: Vec<_> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
-            let (hits, notices) = kb::search_all(&searcher, &bases, &req, None)?;
+            let (hits, notices) = kb::search_all(&searcher, &bases, &req, true)?;
             for notice in notices {
                 eprintln!("ken: {notice}");
             }
@@ -402,7 +406,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Health { repair, json } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let report = crate::health::check(&root, &index_dir, repair)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -422,7 +426,7 @@ fn run(cli: Cli) -> Result<i32> {
             json,
         } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let searcher = Searcher::open(&root, &index_dir)?;
             let hits: Vec<BaseHit> = searcher
                 .similar(&target, k, include_source_file)?
@@ -438,22 +442,22 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Callgraph(args) => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_callgraph(&root, &index_dir, &args)
         }
         Command::Path(args) => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_path(&root, &index_dir, &args)
         }
         Command::Def(args) => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_def(&root, &index_dir, &args)
         }
         Command::Status { json } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let status = status::status(&root, &index_dir)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
@@ -469,7 +473,7 @@ fn run(cli: Cli) -> Result<i32> {
                     .with_context(|| format!("--root {}: no such directory", r.display()))?,
                 None => std::env::current_dir()?,
             };
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let watch = (!no_watch).then(crate::watch::WatchOptions::default);
             crate::mcp::serve(root, index_dir, watch)?;
             Ok(0)
@@ -481,7 +485,7 @@ fn run(cli: Cli) -> Result<i32> {
                 "watch",
                 args.allow_broad_root,
             )?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let defaults = crate::watch::WatchOptions::default();
             let opts = crate::watch::WatchOptions {
                 debounce: Duration::from_millis(args.debounce_ms.max(1)),
@@ -499,7 +503,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Embed { quiet } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal());
             let report = semantic::embed_root(&root, &index_dir, &reporter)?;
             if !quiet {
@@ -512,7 +516,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Kb { what } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             match what {
                 KbCommand::Add { path, name, no_embed } => {
                     let base = kb::add(&root, &index_dir, &path, name.as_deref())?;
@@ -619,7 +623,7 @@ fn run(cli: Cli) -> Result<i32> {
             what: BenchCommand::Query { iterations, json },
         } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let report = bench::query(&root, &index_dir, iterations)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -685,7 +689,7 @@ fn run(cli: Cli) -> Result<i32> {
             what: BenchCommand::Embed { chunks, budgets },
         } => {
             let root = resolve_root(cli.root.as_deref())?;
-            let index_dir = cli.index_dir.clone().unwrap_or_else(|| store::index_dir_for(&root));
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let r = bench::embed(&root, &index_dir, chunks, &budgets)?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(0)
@@ -768,6 +772,11 @@ fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
 
 /// The root for commands that read an index: `--root`, else the nearest
 /// ancestor of the working directory with an index, else the working directory.
+/// `--index-dir` (or `KEN_INDEX_DIR`) if given, else the root's `.ken/`.
+fn index_dir_of(explicit: Option<&Path>, root: &Path) -> PathBuf {
+    explicit.map_or_else(|| store::index_dir_for(root), Path::to_path_buf)
+}
+
 fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(root) = explicit {
         return root

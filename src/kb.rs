@@ -221,17 +221,17 @@ pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
         .collect()
 }
 
-/// Searches the project and every knowledge base (or only `only`).
-/// A base whose index cannot be opened is reported in the returned notices.
+/// Searches the project (if `include_project`) and the given knowledge bases;
+/// a base whose search fails is reported in the returned notices.
 pub fn search_all(
     project: &Searcher,
     bases: &[(KnowledgeBase, &Searcher)],
     req: &SearchRequest,
-    only: Option<&str>,
+    include_project: bool,
 ) -> Result<(Vec<BaseHit>, Vec<String>)> {
     let mut lists = Vec::new();
     let mut notices = Vec::new();
-    if only.is_none_or(|o| o == PROJECT) {
+    if include_project {
         lists.push(BaseHits {
             base: PROJECT.to_string(),
             hits: project.search(req)?,
@@ -239,9 +239,6 @@ pub fn search_all(
         notices.extend(project.notice());
     }
     for (base, searcher) in bases {
-        if only.is_some_and(|o| o != base.name) {
-            continue;
-        }
         match searcher.search(req) {
             Ok(hits) => lists.push(BaseHits {
                 base: base.name.clone(),

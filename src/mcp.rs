@@ -117,7 +117,7 @@ pub struct CallGraphArgs {
     pub symbol: String,
     /// callers (default) or callees.
     #[serde(default)]
-    pub direction: Option<String>,
+    pub direction: Option<crate::graph::query::Direction>,
     /// How many call levels to follow (default 1).
     #[serde(default)]
     pub depth: Option<usize>,
@@ -861,24 +861,18 @@ confidence (receiver, local, import, package, unique, ambiguous).",
         &self,
         Parameters(Args(args)): Parameters<Args<CallGraphArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        let direction = match args.direction.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("callers") => crate::graph::query::Direction::Callers,
-            Some("callees") => crate::graph::query::Direction::Callees,
-            Some(other) => return Ok(tool_error(format!("direction `{other}`: expected callers or callees"))),
-        };
-        if args.symbol.trim().is_empty() {
-            return Ok(tool_error("`symbol` is empty: give a name, path:line or symbol id"));
-        }
-        let depth = args.depth.unwrap_or(1).clamp(1, 10);
-        let (root, dir) = (self.root.clone(), self.index_dir.clone());
-        let outcome =
-            tokio::task::spawn_blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth))
+        let started = Instant::now();
+        let result = if args.symbol.trim().is_empty() {
+            Ok(tool_error("`symbol` is empty: give a name, path:line or symbol id"))
+        } else {
+            let direction = args.direction.unwrap_or(crate::graph::query::Direction::Callers);
+            let depth = args.depth.unwrap_or(1).clamp(1, 10);
+            let (root, dir) = (self.root.clone(), self.index_dir.clone());
+            blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth))
                 .await
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        match outcome {
-            Ok(graph) => json_result(&graph),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
-        }
+                .and_then(data_result)
+        };
+        self.finish("call_graph", started, result)
     }
 
     #[tool(
@@ -892,17 +886,16 @@ when there is no path within 12 calls.",
         &self,
         Parameters(Args(args)): Parameters<Args<CallPathArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
-        if args.from.trim().is_empty() || args.to.trim().is_empty() {
-            return Ok(tool_error("`from` and `to` must both name a symbol"));
-        }
-        let (root, dir) = (self.root.clone(), self.index_dir.clone());
-        let outcome = tokio::task::spawn_blocking(move || crate::graph::call_path(&root, &dir, &args.from, &args.to))
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        match outcome {
-            Ok(path) => json_result(&path),
-            Err(e) => Ok(tool_error(format!("{e:#}"))),
-        }
+        let started = Instant::now();
+        let result = if args.from.trim().is_empty() || args.to.trim().is_empty() {
+            Ok(tool_error("`from` and `to` must both name a symbol"))
+        } else {
+            let (root, dir) = (self.root.clone(), self.index_dir.clone());
+            blocking(move || crate::graph::call_path(&root, &dir, &args.from, &args.to))
+                .await
+                .and_then(data_result)
+        };
+        self.finish("call_graph_path", started, result)
     }
 }
 
@@ -966,7 +959,7 @@ impl KenServer {
             }
         }
         let refs: Vec<(KnowledgeBase, &Searcher)> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
-        let outcome = kb::search_all(&project, &refs, req, only);
+        let outcome = kb::search_all(&project, &refs, req, only.is_none_or(|o| o == PROJECT));
         let freshness = self.freshness(&project);
         self.pool.give(PROJECT, project);
         for (base, searcher) in opened {

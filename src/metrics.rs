@@ -36,19 +36,11 @@ impl Latencies {
     }
 
     fn summary(&self) -> LatencySummary {
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let pick = |q: f64| {
-            if sorted.is_empty() {
-                0.0
-            } else {
-                sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-            }
-        };
+        let mut recent: Vec<f64> = self.recent.iter().copied().collect();
         LatencySummary {
             count: self.count,
-            p50_ms: pick(0.50),
-            p95_ms: pick(0.95),
+            p50_ms: crate::bench::percentile(&mut recent, 0.50),
+            p95_ms: crate::bench::percentile(&mut recent, 0.95),
             max_ms: self.max_ms,
             histogram: BUCKETS_MS
                 .iter()

@@ -116,7 +116,7 @@ impl Drop for Phase {
 }
 
 /// A progress bar on stderr (hidden when disabled or empty): "`verb` [...] n/len `unit`".
-pub fn progress_bar(enabled: bool, len: u64, verb: &str, unit: &str) -> ProgressBar {
+fn progress_bar(enabled: bool, len: u64, verb: &str, unit: &str) -> ProgressBar {
     if !enabled || len == 0 {
         return ProgressBar::hidden();
     }

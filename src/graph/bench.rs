@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::query::{Direction, Graph};
+use crate::bench::percentile;
 use crate::store::Store;
 
 #[derive(Debug, Default, Serialize)]
@@ -26,14 +27,6 @@ pub struct GraphBench {
     pub callers_depth3_p50_ms: f64,
     pub path_p50_ms: f64,
     pub path_p95_ms: f64,
-}
-
-fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    values[((values.len() - 1) as f64 * p).round() as usize]
 }
 
 /// Times graph queries on `samples` symbols of the index at `index_dir`.
