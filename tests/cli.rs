@@ -81,6 +81,35 @@ fn an_identifier_query_ranks_its_definition_first() {
 }
 
 #[test]
+fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/retry.py",
+        "def backoff_delay(attempt):\n    \"\"\"Delay before the next retry.\"\"\"\n    return min(30, 2 ** attempt)\n",
+    );
+    // The test and the docs example say the query's words more often than the source.
+    let mentions = "    # retry backoff delay: the retry waits for the backoff delay\n".repeat(6);
+    write(
+        root,
+        "tests/test_retry.py",
+        &format!("def test_retry_backoff_delay():\n{mentions}    assert backoff_delay(1) == 2\n"),
+    );
+    write(
+        root,
+        "docs/examples/retry_demo.py",
+        &format!("def demo_retry_backoff_delay():\n{mentions}    print(backoff_delay(3))\n"),
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "retry backoff delay", 5);
+    assert_eq!(hits[0]["path"], "src/retry.py", "{hits:?}");
+    // Asking for tests lifts the demotion.
+    let hits = search(root, "test retry backoff delay", 5);
+    assert_eq!(hits[0]["path"], "tests/test_retry.py", "{hits:?}");
+}
+
+#[test]
 fn filters_by_path_language_and_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
