@@ -100,6 +100,33 @@ struct SemanticSide {
     dimensions: usize,
     /// Identity of the vector file opened (a republished file is a new inode).
     stamp: Option<(u64, std::time::SystemTime)>,
+    /// The vectors of the latest queries: agents often repeat a query with
+    /// other filters, and the model is the slowest part of a search.
+    recent_queries: std::sync::Mutex<std::collections::VecDeque<(String, Vec<f32>)>>,
+}
+
+/// How many query vectors a searcher remembers.
+const RECENT_QUERY_VECTORS: usize = 64;
+
+impl SemanticSide {
+    fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
+        let recent = || self.recent_queries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, vector)) = recent().iter().find(|(q, _)| q == query) {
+            return Ok(vector.clone());
+        }
+        let vector = self
+            .embedder
+            .embed(&[query], InputKind::Query)?
+            .into_iter()
+            .next()
+            .context("the embedder returned no vector for the query")?;
+        let mut recent = recent();
+        if recent.len() >= RECENT_QUERY_VECTORS {
+            recent.pop_front();
+        }
+        recent.push_back((query.to_string(), vector.clone()));
+        Ok(vector)
+    }
 }
 
 fn vector_file_stamp(store: &Store, model: &str) -> Option<(u64, std::time::SystemTime)> {
@@ -357,6 +384,13 @@ impl Searcher {
 
     /// What the last search could not do (e.g. semantic search unavailable,
     /// so the results are lexical only).
+    /// Forgets the remembered query vectors (benchmarks time the model).
+    pub fn forget_query_vectors(&self) {
+        if let Some(side) = self.semantic.get() {
+            side.recent_queries.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+
     pub fn notice(&self) -> Option<String> {
         self.notice.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -401,6 +435,7 @@ impl Searcher {
                 vectors,
                 dimensions,
                 stamp,
+                recent_queries: Default::default(),
             })
         };
         let side = load()?;
@@ -422,9 +457,8 @@ impl Searcher {
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
         let (lexical, prefetched) = std::thread::scope(|scope| {
             let job = prefetch_side.map(|side| {
-                let embedder: &dyn Embedder = side.embedder.as_ref();
                 let query = req.query.as_str();
-                scope.spawn(move || embedder.embed(&[query], InputKind::Query))
+                scope.spawn(move || side.embed_query(query))
             });
             let lexical = self.lexical_side(&q, req, fetch);
             let prefetched = job.map(|j| {
@@ -656,19 +690,14 @@ impl Searcher {
         side: &SemanticSide,
         req: &SearchRequest,
         fetch: usize,
-        prefetched: Option<Result<Vec<Vec<f32>>>>,
+        prefetched: Option<Result<Vec<f32>>>,
     ) -> Result<(Vec<f32>, Neighbours)> {
         let query = match prefetched {
-            Some(vectors) => vectors?,
-            None => side.embedder.embed(&[req.query.as_str()], InputKind::Query)?,
+            Some(vector) => vector?,
+            None => side.embed_query(&req.query)?,
         };
-        match query.into_iter().next() {
-            Some(query) => {
-                let found = self.neighbours(side, &query, req, fetch)?;
-                Ok((query, found))
-            }
-            None => Ok((Vec::new(), Vec::new())),
-        }
+        let found = self.neighbours(side, &query, req, fetch)?;
+        Ok((query, found))
     }
 
     /// The query similarity of candidates the vector side did not reach,
