@@ -823,8 +823,18 @@ fn fuse(
             .collect(),
         (SearchMode::Hybrid, true, Fusion::Convex { lexical, semantic }) => {
             let max_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max);
-            let similarities = candidates.values().filter_map(|c| c.similarity.map(f64::from));
-            let (low, high) = similarities.fold((f64::MAX, f64::MIN), |(lo, hi), s| (lo.min(s), hi.max(s)));
+            let similarities: Vec<f64> = candidates
+                .values()
+                .filter_map(|c| c.similarity.map(f64::from))
+                .collect();
+            let (low, high) = similarities
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+            let normalise = |s: f64| (s - low) / (high - low).max(1e-9);
+            // A chunk not embedded yet (just edited, or embedding still in
+            // progress) is scored as an average chunk on the vector side,
+            // not as the least similar one.
+            let unembedded = similarities.iter().map(|&s| normalise(s)).sum::<f64>() / similarities.len().max(1) as f64;
             let total = lexical + semantic;
             candidates
                 .iter()
@@ -834,9 +844,7 @@ fn fuse(
                     } else {
                         0.0
                     };
-                    let s = c
-                        .similarity
-                        .map_or(0.0, |s| (f64::from(s) - low) / (high - low).max(1e-9));
+                    let s = c.similarity.map_or(unembedded, |s| normalise(f64::from(s)));
                     (id, (lexical * l + semantic * s) / total)
                 })
                 .collect()
@@ -1103,6 +1111,28 @@ mod tests {
             semantic: 0.0,
         };
         assert_eq!(best(lexical_only), vec![1, 2, 4, 3]);
+        // A chunk without a vector yet counts as average on the vector side:
+        // below an equally lexical chunk that is similar, above a dissimilar one.
+        let mut partial = candidates;
+        partial.insert(
+            5,
+            Candidate {
+                bm25: 8.0,
+                similarity: None,
+                exact_symbol: false,
+            },
+        );
+        partial.insert(
+            6,
+            Candidate {
+                bm25: 8.0,
+                similarity: Some(0.10),
+                exact_symbol: false,
+            },
+        );
+        let scores = fuse(&partial, SearchMode::Hybrid, true, Fusion::default());
+        assert!(scores[&2] > scores[&5] && scores[&5] > scores[&6], "{scores:?}");
+        let candidates = partial;
         // Without vectors hybrid is BM25.
         let scores = fuse(&candidates, SearchMode::Hybrid, false, Fusion::default());
         assert_eq!(scores[&1], 10.0);
