@@ -168,7 +168,8 @@ type Neighbours = Vec<(i64, f32)>;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fusion {
     /// `w_lex * bm25 / max bm25 + w_sem * min-max normalised similarity`
-    /// (the default: on the public eval it beat RRF on all three sets).
+    /// (the default: on the public eval it beat RRF clearly on swe, about
+    /// matched it on doc and equalled it on ident; see BENCHMARKS.md).
     Convex { lexical: f64, semantic: f64 },
     /// Reciprocal rank fusion: `w / (k + rank)` summed over the two rankings.
     Rrf { k: f64, lexical: f64, semantic: f64 },
@@ -382,8 +383,6 @@ impl Searcher {
             .optional()?)
     }
 
-    /// What the last search could not do (e.g. semantic search unavailable,
-    /// so the results are lexical only).
     /// Forgets the remembered query vectors (benchmarks time the model).
     pub fn forget_query_vectors(&self) {
         if let Some(side) = self.semantic.get() {
@@ -391,6 +390,8 @@ impl Searcher {
         }
     }
 
+    /// What the last search could not do (e.g. semantic search unavailable,
+    /// so the results are lexical only).
     pub fn notice(&self) -> Option<String> {
         self.notice.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
