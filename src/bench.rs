@@ -440,6 +440,8 @@ pub struct QueryBench {
     pub modes: Vec<(String, f64, f64)>,
     /// Embedding the query alone (built-in model), p50 ms.
     pub query_embedding_p50_ms: f64,
+    /// The same through candle's batch pass (the baseline), p50 ms.
+    pub query_embedding_batch_pass_p50_ms: f64,
 }
 
 /// Runs every sampled query `iterations` times in each mode, after one
@@ -503,11 +505,14 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
         ));
     }
     let model = crate::embed::LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
-    let mut embed_ms = Vec::new();
+    let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
     for query in &queries {
         let t = Instant::now();
         crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
         embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        model.embed_batch(&[query.as_str()])?;
+        batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(QueryBench {
         chunks,
@@ -515,5 +520,6 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
         queries: queries.len(),
         modes,
         query_embedding_p50_ms: percentile(&mut embed_ms, 0.5),
+        query_embedding_batch_pass_p50_ms: percentile(&mut batch_pass_ms, 0.5),
     })
 }

@@ -5,7 +5,8 @@
 //! chunk content and embedder id, so the id names everything that changes a
 //! vector: the model and the token budget.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{anyhow, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -13,6 +14,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+use crate::bert::{QueryEncoder, MAX_QUERY_TOKENS};
 use crate::model::{self, ModelSpec};
 
 /// Whether a text is a document (a chunk) or a search query; some models
@@ -52,7 +54,11 @@ pub fn max_tokens_from_env() -> usize {
 /// A BERT-family sentence embedder (mean pooling) run by candle on the CPU.
 pub struct LocalBert {
     id: String,
-    model: BertModel,
+    dir: PathBuf,
+    config: Config,
+    /// Both passes load on first use: a search process only ever runs the query pass.
+    batch_pass: OnceLock<std::result::Result<BertModel, String>>,
+    query_pass: OnceLock<std::result::Result<QueryEncoder, String>>,
     tokenizer: Tokenizer,
     dimensions: usize,
 }
@@ -69,12 +75,6 @@ impl LocalBert {
             &std::fs::read_to_string(dir.join("config.json")).context("reading the model's config.json")?,
         )
         .context("parsing the model's config.json")?;
-        // SAFETY: the weights file is mapped read-only and not modified while mapped.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu)
-                .context("loading model.safetensors")?
-        };
-        let model = BertModel::load(vb, &config).context("building the BERT model")?;
         let mut tokenizer =
             Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| anyhow!("loading tokenizer.json: {e}"))?;
         // The shipped tokenizer truncates and pads to 128; use our budget and pad per batch.
@@ -88,12 +88,37 @@ impl LocalBert {
             strategy: PaddingStrategy::BatchLongest,
             ..Default::default()
         }));
-        Ok(LocalBert {
+        let local = LocalBert {
             id: format!("{}/{max_tokens}", spec.name),
-            model,
+            dir: dir.to_path_buf(),
+            config,
+            batch_pass: OnceLock::new(),
+            query_pass: OnceLock::new(),
             tokenizer,
             dimensions: spec.dimensions,
-        })
+        };
+        Ok(local)
+    }
+
+    fn batch_model(&self) -> Result<&BertModel> {
+        self.batch_pass
+            .get_or_init(|| {
+                // SAFETY: the weights file is mapped read-only and not modified while mapped.
+                let vb = unsafe {
+                    VarBuilder::from_mmaped_safetensors(&[self.dir.join("model.safetensors")], DType::F32, &Device::Cpu)
+                }
+                .map_err(|e| format!("loading model.safetensors: {e}"))?;
+                BertModel::load(vb, &self.config).map_err(|e| format!("building the BERT model: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    fn query_model(&self) -> Result<&QueryEncoder> {
+        self.query_pass
+            .get_or_init(|| QueryEncoder::load(&self.dir, &self.config).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| anyhow!("{e}"))
     }
 
     /// Token counts of texts, as the model will see them (after truncation).
@@ -118,7 +143,25 @@ impl Embedder for LocalBert {
         self.dimensions
     }
 
-    fn embed(&self, texts: &[&str], _kind: InputKind) -> Result<Vec<Vec<f32>>> {
+    fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>> {
+        if let ([text], InputKind::Query) = (texts, kind) {
+            let encoding = self
+                .tokenizer
+                .encode(*text, true)
+                .map_err(|e| anyhow!("tokenizing: {e}"))?;
+            if encoding.get_ids().len() <= MAX_QUERY_TOKENS {
+                let vector = self.query_model()?.embed(encoding.get_ids(), encoding.get_type_ids())?;
+                return Ok(vec![vector]);
+            }
+        }
+        self.embed_batch(texts)
+    }
+}
+
+impl LocalBert {
+    /// candle's pass over a padded batch: what chunks go through, and the
+    /// reference the query pass is checked and benchmarked against.
+    pub fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -140,7 +183,7 @@ impl Embedder for LocalBert {
         let ids = Tensor::from_vec(ids, (n, len), &device)?;
         let types = Tensor::from_vec(types, (n, len), &device)?;
         let mask = Tensor::from_vec(mask, (n, len), &device)?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+        let hidden = self.batch_model()?.forward(&ids, &types, Some(&mask))?;
         // Mean over the real tokens, then unit length.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?;

@@ -6,6 +6,7 @@
 //! [`cli`] is the command line on top. See ARCHITECTURE.md for the map.
 
 pub mod bench;
+pub mod bert;
 pub mod chunk;
 pub mod cli;
 pub mod discover;

@@ -340,7 +340,7 @@ impl Searcher {
                 candidates.entry(id).or_default().similarity = Some(similarity);
             }
         }
-        let mut hits = self.load_hits(&candidates)?;
+        let mut hits = self.load_hits(&mut candidates, false, None)?;
         if let Some((_, path)) = &source {
             if !include_source_file {
                 hits.retain(|h| &h.path != path);
@@ -351,6 +351,7 @@ impl Searcher {
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
         let mut hits = diversify(hits, limit, 3);
+        self.load_contents(&mut hits)?;
         let q = QueryTerms::default();
         for hit in &mut hits {
             hit.snippet = snippet(&hit.content, &q, 4);
@@ -417,7 +418,13 @@ impl Searcher {
                 .store
                 .meta("embedding_model")
                 .map_err(|e| e.to_string())?
-                .ok_or("the index has no embeddings yet (run `ken index` without --no-embed)")?;
+                .ok_or_else(|| match self.store.active_writer() {
+                    Some(writer) => format!(
+                        "no embeddings yet: {writer} is indexing the project or computing its embeddings \
+                         (`ken status` shows the coverage)"
+                    ),
+                    None => "the index has no embeddings yet (run `ken index` without --no-embed)".to_string(),
+                })?;
             let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
             let embedder =
                 crate::semantic::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
@@ -474,6 +481,7 @@ impl Searcher {
         // definition: vectors add nothing, and loading the model costs more
         // than the whole lexical search.
         let lone_identifier = req.query.split_whitespace().count() == 1 && candidates.values().any(|c| c.exact_symbol);
+        let mut fill_from = None;
         let semantic_on = match (
             req.mode,
             self.semantic_side_unless(
@@ -489,7 +497,10 @@ impl Searcher {
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
                     }
                     if mode == SearchMode::Hybrid {
-                        self.fill_similarities(side, &query, &mut candidates)?;
+                        // Candidates the vector side did not reach get their
+                        // similarity from their stored vectors, read with the
+                        // rest of the chunk, so fusion compares every candidate on both sides.
+                        fill_from = Some((side.embedder.id(), query));
                     }
                     true
                 }
@@ -505,7 +516,12 @@ impl Searcher {
                 false
             }
         };
-        let mut hits = self.load_hits(&candidates)?;
+        // Text is read for every candidate only when common terms score on it.
+        let mut hits = self.load_hits(
+            &mut candidates,
+            !common.is_empty(),
+            fill_from.as_ref().map(|(model, query)| (*model, query.as_slice())),
+        )?;
         if !common.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common, self.chunk_total()?);
         }
@@ -526,6 +542,9 @@ impl Searcher {
                 .then_with(|| a.start_line.cmp(&b.start_line))
         });
         let mut hits = diversify(hits, req.limit, req.max_per_file.max(1));
+        if common.is_empty() {
+            self.load_contents(&mut hits)?;
+        }
         for hit in &mut hits {
             hit.snippet = snippet(&hit.content, &q, 4);
             hit.score = (hit.score * 1e6).round() / 1e6;
@@ -701,29 +720,6 @@ impl Searcher {
         Ok((query, found))
     }
 
-    /// The query similarity of candidates the vector side did not reach,
-    /// from their stored vectors, so fusion compares every candidate on both sides.
-    fn fill_similarities(
-        &self,
-        side: &SemanticSide,
-        query: &[f32],
-        candidates: &mut HashMap<i64, Candidate>,
-    ) -> Result<()> {
-        let mut stmt = self.store.conn.prepare_cached(
-            "SELECT e.vector FROM chunks c JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?2
-             WHERE c.id = ?1",
-        )?;
-        for (id, c) in candidates.iter_mut().filter(|(_, c)| c.similarity.is_none()) {
-            let blob: Option<Vec<u8>> = stmt
-                .query_row(rusqlite::params![id, side.embedder.id()], |r| r.get(0))
-                .optional()?;
-            if let Some(blob) = blob {
-                c.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
-            }
-        }
-        Ok(())
-    }
-
     /// The chunks (of the branch, passing the filters) whose vectors are
     /// nearest to `vector`, best first, with cosine similarity.
     fn neighbours(
@@ -773,19 +769,34 @@ impl Searcher {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn load_hits(&self, candidates: &HashMap<i64, Candidate>) -> Result<Vec<SearchHit>> {
+    /// The candidates' chunks, with their text when `with_content` (else
+    /// [`Self::load_contents`] reads it for the few that are returned). With
+    /// `fill_from` (model, query vector), a candidate that has no similarity
+    /// yet gets it from its stored vector, if it has one.
+    fn load_hits(
+        &self,
+        candidates: &mut HashMap<i64, Candidate>,
+        with_content: bool,
+        fill_from: Option<(&str, &[f32])>,
+    ) -> Result<Vec<SearchHit>> {
+        // One statement per chunk; the CASEs skip the lookups that are not needed.
         let mut stmt = self.store.conn.prepare_cached(
-            "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context, t.text
+            "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
+                    CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
+                    CASE WHEN ?4 IS NOT NULL THEN
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
-             JOIN contents t ON t.hash = c.content_hash
              WHERE c.id = ?1",
         )?;
         let mut hits = Vec::with_capacity(candidates.len());
-        for &id in candidates.keys() {
-            let hit = stmt.query_row(rusqlite::params![id, self.branch], |r| {
-                Ok(SearchHit {
+        for (&id, candidate) in candidates.iter_mut() {
+            let model = fill_from
+                .filter(|_| candidate.similarity.is_none())
+                .map(|(model, _)| model);
+            let (hit, vector) = stmt.query_row(rusqlite::params![id, self.branch, with_content, model], |r| {
+                let hit = SearchHit {
                     path: r.get(0)?,
                     start_line: r.get(1)?,
                     end_line: r.get(2)?,
@@ -795,13 +806,29 @@ impl Searcher {
                     language: r.get(5)?,
                     snippet: String::new(),
                     context: r.get(6)?,
-                    content: r.get(7)?,
+                    content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
                     chunk_id: id,
-                })
+                };
+                Ok((hit, r.get::<_, Option<Vec<u8>>>(8)?))
             })?;
+            if let (Some(blob), Some((_, query))) = (vector, fill_from) {
+                candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
+            }
             hits.push(hit);
         }
         Ok(hits)
+    }
+
+    /// Reads the text of hits loaded without it.
+    fn load_contents(&self, hits: &mut [SearchHit]) -> Result<()> {
+        let mut stmt = self
+            .store
+            .conn
+            .prepare_cached("SELECT t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1")?;
+        for hit in hits.iter_mut().filter(|h| h.content.is_empty()) {
+            hit.content = stmt.query_row([hit.chunk_id], |r| r.get(0))?;
+        }
+        Ok(())
     }
 }
 

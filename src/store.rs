@@ -297,6 +297,24 @@ impl Store {
         lock_dir(&self.dir, timeout)
     }
 
+    /// Who is writing the index right now (another process holding the
+    /// writer lock), if anyone: for messages such as "embedding in progress".
+    pub fn active_writer(&self) -> Option<String> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = File::open(&path).ok()?;
+        // A shared lock is refused only while a writer holds the exclusive one;
+        // it is released at once (writers retry, so this never blocks them).
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+            return None;
+        }
+        let holder = fs::read_to_string(&path).unwrap_or_default();
+        Some(match holder.split_whitespace().next() {
+            Some(pid) => format!("process {pid}"),
+            None => "another ken process".to_string(),
+        })
+    }
+
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn
@@ -668,5 +686,20 @@ mod tests {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
         assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn a_reader_sees_who_is_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Store::open_for_write(dir.path()).unwrap();
+        let reader = Store::open_for_read(dir.path()).unwrap();
+        assert_eq!(reader.active_writer(), None);
+        let lock = writer.lock_for_write(Duration::from_secs(1)).unwrap();
+        let holder = reader.active_writer().expect("the lock is held");
+        assert!(holder.contains(&std::process::id().to_string()), "{holder}");
+        drop(lock);
+        assert_eq!(reader.active_writer(), None);
+        // Asking never blocks a writer.
+        drop(writer.lock_for_write(Duration::from_millis(10)).unwrap());
     }
 }

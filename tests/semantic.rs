@@ -48,6 +48,33 @@ fn the_built_in_model_embeds_like_the_reference() {
     );
 }
 
+#[test]
+fn a_query_embeds_as_it_would_in_a_batch() {
+    let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let queries = [
+        "x",
+        "where is the JWT expiry checked?",
+        "parse_config — lit le fichier de configuration, Größe prüfen 設定",
+        // Over the query pass's 64 tokens: takes the batch pass.
+        &"retry the request with exponential backoff ".repeat(12),
+    ];
+    let batch = model.embed_batch(&queries).unwrap();
+    for (query, in_batch) in queries.iter().zip(&batch) {
+        let alone = model.embed(&[query], InputKind::Query).unwrap();
+        let similarity = cosine(&alone[0], in_batch);
+        // Half-float weights in the query pass: equal to ~1e-6, not bit for bit.
+        assert!(similarity > 0.99999, "{query}: {similarity}");
+        let norm: f32 = alone[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{query}: norm {norm}");
+    }
+    // The sentence-transformers reference holds for queries too.
+    let a = model.embed(&["A man is eating food."], InputKind::Query).unwrap();
+    let b = model
+        .embed(&["A man is eating a piece of bread."], InputKind::Query)
+        .unwrap();
+    assert!((cosine(&a[0], &b[0]) - 0.755).abs() < 0.01);
+}
+
 /// The symbol of the best semantic-only result.
 fn semantic_top(root: &Path, query: &str) -> String {
     let hits = ken_json(root, &["search", "--json", "--mode", "semantic", "-k", "3", query]);

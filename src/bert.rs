@@ -1,0 +1,406 @@
+//! A BERT encoder pass for one short input: the search query.
+//!
+//! candle runs every matrix product through a general GEMM that packs the
+//! weight matrix on each call. For a batch of chunks that cost is shared by
+//! thousands of token rows; for a query of ten tokens it is most of the work.
+//! This pass multiplies the few token rows straight against the weights
+//! (AVX2/FMA, two threads), kept as half floats so they take half the memory
+//! traffic and stay in L3 between queries: 0.4x candle's time here
+//! (BENCHMARKS.md). Its vectors match candle's to 1e-6 in cosine
+//! (tests/semantic.rs checks), so queries and stored chunk vectors stay
+//! comparable.
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device};
+use candle_transformers::models::bert::{Config, HiddenAct, PositionEmbeddingType};
+use std::path::Path;
+
+/// Inputs up to this many tokens take this pass; longer ones amortise
+/// candle's packing and go through it instead.
+pub const MAX_QUERY_TOKENS: usize = 64;
+
+/// One linear layer, weight stored as PyTorch does: `out` rows of `inp`.
+struct Dense {
+    /// Half floats: half the memory traffic, and all layers (21 MB for
+    /// MiniLM) stay in a 32 MB L3 cache between queries.
+    weight: Vec<u16>,
+    bias: Vec<f32>,
+    inp: usize,
+    out: usize,
+}
+
+struct Norm {
+    gain: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+struct Layer {
+    query: Dense,
+    key: Dense,
+    value: Dense,
+    attention_out: Dense,
+    attention_norm: Norm,
+    intermediate: Dense,
+    output: Dense,
+    output_norm: Norm,
+}
+
+pub struct QueryEncoder {
+    weights: MmapedSafetensors,
+    /// Tensor name of the word embeddings, read row by row from the mapped file.
+    word_embeddings: String,
+    positions: Vec<f32>,
+    token_types: Vec<f32>,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+    hidden: usize,
+    heads: usize,
+    eps: f32,
+}
+
+impl QueryEncoder {
+    /// Loads the weights of `model.safetensors` in `dir` for `config`.
+    /// Only the architecture candle's BertModel also runs (absolute
+    /// positions, exact GELU) is accepted, so the two passes agree.
+    pub fn load(dir: &Path, config: &Config) -> Result<QueryEncoder> {
+        if config.hidden_act != HiddenAct::Gelu {
+            bail!("the query pass supports GELU (erf) activations only");
+        }
+        if config.position_embedding_type != PositionEmbeddingType::Absolute {
+            bail!("the query pass supports absolute position embeddings only");
+        }
+        if config.hidden_size % config.num_attention_heads != 0 {
+            bail!("hidden size {} is not a multiple of the head count", config.hidden_size);
+        }
+        // SAFETY: the weights file is mapped read-only and not modified while mapped.
+        let weights =
+            unsafe { MmapedSafetensors::new(dir.join("model.safetensors")) }.context("mapping model.safetensors")?;
+        let prefix = ["", "bert.", "model."]
+            .into_iter()
+            .find(|p| weights.get(&format!("{p}embeddings.word_embeddings.weight")).is_ok())
+            .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))?;
+        let load = |name: &str| -> Result<Vec<f32>> {
+            let full = format!("{prefix}{name}");
+            let tensor = weights
+                .load(&full, &Device::Cpu)
+                .with_context(|| format!("reading {full}"))?;
+            Ok(tensor.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+        };
+        let hidden = config.hidden_size;
+        let dense = |name: &str, inp: usize, out: usize| -> Result<Dense> {
+            let weight = load(&format!("{name}.weight"))?;
+            let bias = load(&format!("{name}.bias"))?;
+            if weight.len() != inp * out || bias.len() != out {
+                bail!("{name} has an unexpected shape");
+            }
+            let weight = weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            Ok(Dense { weight, bias, inp, out })
+        };
+        let norm = |name: &str| -> Result<Norm> {
+            // Old checkpoints name the LayerNorm parameters gamma/beta.
+            let gain = load(&format!("{name}.weight")).or_else(|_| load(&format!("{name}.gamma")))?;
+            let bias = load(&format!("{name}.bias")).or_else(|_| load(&format!("{name}.beta")))?;
+            Ok(Norm { gain, bias })
+        };
+        let inter = config.intermediate_size;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| {
+                let at = format!("encoder.layer.{i}");
+                Ok(Layer {
+                    query: dense(&format!("{at}.attention.self.query"), hidden, hidden)?,
+                    key: dense(&format!("{at}.attention.self.key"), hidden, hidden)?,
+                    value: dense(&format!("{at}.attention.self.value"), hidden, hidden)?,
+                    attention_out: dense(&format!("{at}.attention.output.dense"), hidden, hidden)?,
+                    attention_norm: norm(&format!("{at}.attention.output.LayerNorm"))?,
+                    intermediate: dense(&format!("{at}.intermediate.dense"), hidden, inter)?,
+                    output: dense(&format!("{at}.output.dense"), inter, hidden)?,
+                    output_norm: norm(&format!("{at}.output.LayerNorm"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let positions = load("embeddings.position_embeddings.weight")?;
+        let token_types = load("embeddings.token_type_embeddings.weight")?;
+        let embedding_norm = norm("embeddings.LayerNorm")?;
+        Ok(QueryEncoder {
+            word_embeddings: format!("{prefix}embeddings.word_embeddings.weight"),
+            weights,
+            positions,
+            token_types,
+            embedding_norm,
+            layers,
+            hidden,
+            heads: config.num_attention_heads,
+            eps: config.layer_norm_eps as f32,
+        })
+    }
+
+    /// The mean-pooled, unit-length embedding of one tokenized input.
+    pub fn embed(&self, ids: &[u32], type_ids: &[u32]) -> Result<Vec<f32>> {
+        let h = self.hidden;
+        let m = ids.len();
+        if m == 0 || m * h > self.positions.len() {
+            bail!("the query pass takes 1 to {} tokens, not {m}", self.positions.len() / h);
+        }
+        let mut x = self.embeddings(ids, type_ids)?;
+        let mut scratch = Scratch::default();
+        for layer in &self.layers {
+            self.layer(layer, &mut x, m, &mut scratch);
+        }
+        let mut pooled = vec![0f32; h];
+        for row in x.chunks_exact(h) {
+            pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
+        }
+        let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt();
+        // Mean pooling then unit length: the 1/m cancels out.
+        pooled.iter_mut().for_each(|v| *v /= norm);
+        Ok(pooled)
+    }
+
+    fn embeddings(&self, ids: &[u32], type_ids: &[u32]) -> Result<Vec<f32>> {
+        let h = self.hidden;
+        let words = self.weights.get(&self.word_embeddings)?;
+        let bytes = words.data();
+        let vocab = bytes.len() / (4 * h);
+        let mut x = vec![0f32; ids.len() * h];
+        for (pos, (row, &id)) in x.chunks_exact_mut(h).zip(ids).enumerate() {
+            let id = id as usize;
+            if id >= vocab {
+                bail!("token id {id} is outside the vocabulary ({vocab})");
+            }
+            let word = &bytes[id * 4 * h..(id + 1) * 4 * h];
+            let kind = type_ids.get(pos).copied().unwrap_or(0) as usize;
+            let token_type = self
+                .token_types
+                .get(kind * h..(kind + 1) * h)
+                .ok_or_else(|| anyhow!("token type {kind} is outside the model's types"))?;
+            let position = &self.positions[pos * h..(pos + 1) * h];
+            for (i, value) in row.iter_mut().enumerate() {
+                let w = f32::from_le_bytes(word[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+                *value = w + position[i] + token_type[i];
+            }
+            layer_norm(row, &self.embedding_norm, self.eps);
+        }
+        Ok(x)
+    }
+
+    fn layer(&self, layer: &Layer, x: &mut [f32], m: usize, s: &mut Scratch) {
+        let h = self.hidden;
+        dense(x, m, &layer.query, &mut s.q);
+        dense(x, m, &layer.key, &mut s.k);
+        dense(x, m, &layer.value, &mut s.v);
+        self.attention(m, s);
+        dense(&s.context, m, &layer.attention_out, &mut s.attended);
+        for (a, r) in s.attended.chunks_exact_mut(h).zip(x.chunks_exact(h)) {
+            a.iter_mut().zip(r).for_each(|(a, r)| *a += r);
+            layer_norm(a, &layer.attention_norm, self.eps);
+        }
+        dense(&s.attended, m, &layer.intermediate, &mut s.inner);
+        s.inner.iter_mut().for_each(|v| *v = gelu(*v));
+        dense(&s.inner, m, &layer.output, &mut s.q);
+        for ((out, a), dst) in
+            s.q.chunks_exact_mut(h)
+                .zip(s.attended.chunks_exact(h))
+                .zip(x.chunks_exact_mut(h))
+        {
+            out.iter_mut().zip(a).for_each(|(o, a)| *o += a);
+            layer_norm(out, &layer.output_norm, self.eps);
+            dst.copy_from_slice(out);
+        }
+    }
+
+    /// Scaled dot-product self-attention over all `m` tokens (one unpadded input).
+    fn attention(&self, m: usize, s: &mut Scratch) {
+        let h = self.hidden;
+        let d = h / self.heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        s.context.clear();
+        s.context.resize(m * h, 0.0);
+        s.scores.resize(m, 0.0);
+        for head in 0..self.heads {
+            let cols = head * d..(head + 1) * d;
+            for i in 0..m {
+                let q = &s.q[i * h..][cols.clone()];
+                for (j, score) in s.scores.iter_mut().enumerate() {
+                    let k = &s.k[j * h..][cols.clone()];
+                    *score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+                }
+                let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut total = 0.0;
+                s.scores.iter_mut().for_each(|v| {
+                    *v = (*v - max).exp();
+                    total += *v;
+                });
+                let out = &mut s.context[i * h..][cols.clone()];
+                for (j, p) in s.scores.iter().enumerate() {
+                    let v = &s.v[j * h..][cols.clone()];
+                    out.iter_mut().zip(v).for_each(|(o, v)| *o += p / total * v);
+                }
+            }
+        }
+    }
+}
+
+/// Buffers reused across layers.
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    scores: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    inner: Vec<f32>,
+}
+
+fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, g), b) in row.iter_mut().zip(&norm.gain).zip(&norm.bias) {
+        *v = (*v - mean) * inv * g + b;
+    }
+}
+
+/// Exact GELU, with candle's erf so both passes agree.
+fn gelu(v: f32) -> f32 {
+    (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.0) * 0.5 * v
+}
+
+/// `y = x · Wᵀ + b` for `m` rows of `x`, the output columns split between
+/// two threads (the other core is free once the lexical side is done).
+fn dense(x: &[f32], m: usize, d: &Dense, y: &mut Vec<f32>) {
+    y.clear();
+    y.resize(m * d.out, 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if d.inp % 8 == 0
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
+        let half = (d.out / 2).next_multiple_of(avx2::COLS).min(d.out);
+        let out = OutputRows(y.as_mut_ptr());
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the two
+        // calls write disjoint columns of `y`, which outlives both.
+        rayon::join(
+            || unsafe { avx2::dense(x, m, d, out, 0..half) },
+            || unsafe { avx2::dense(x, m, d, out, half..d.out) },
+        );
+        return;
+    }
+    dense_scalar(x, d, y);
+}
+
+/// The portable product, for CPUs without AVX2/FMA/F16C.
+fn dense_scalar(x: &[f32], d: &Dense, y: &mut [f32]) {
+    for (xr, yr) in x.chunks_exact(d.inp).zip(y.chunks_exact_mut(d.out)) {
+        for ((yv, wr), b) in yr.iter_mut().zip(d.weight.chunks_exact(d.inp)).zip(&d.bias) {
+            *yv = xr
+                .iter()
+                .zip(wr)
+                .map(|(a, &w)| a * half::f16::from_bits(w).to_f32())
+                .sum::<f32>()
+                + b;
+        }
+    }
+}
+
+/// The output matrix, shared by the threads that fill disjoint columns of it.
+#[derive(Clone, Copy)]
+struct OutputRows(*mut f32);
+// SAFETY: only used by `dense`, whose threads write disjoint elements.
+unsafe impl Send for OutputRows {}
+unsafe impl Sync for OutputRows {}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Dense, OutputRows};
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// Input rows per tile.
+    const ROWS: usize = 4;
+    /// Weight rows per tile. 4 x 2 measured best of 1x8, 2x4, 2x6, 3x4, 4x2
+    /// on Zen 3 (3x4 spills registers).
+    pub const COLS: usize = 2;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dense(x: &[f32], m: usize, d: &Dense, y: OutputRows, columns: Range<usize>) {
+        let n = d.inp;
+        assert!(n % 8 == 0 && x.len() >= m * n && d.weight.len() == n * d.out && columns.end <= d.out);
+        let w = d.weight.as_ptr();
+        let xp = x.as_ptr();
+        let mut j = columns.start;
+        while j < columns.end {
+            let cols = (columns.end - j).min(COLS);
+            let wr: [*const u16; COLS] = std::array::from_fn(|c| w.add((j + c.min(cols - 1)) * n));
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(ROWS);
+                // A short tile repeats its last row; those sums are dropped.
+                let xr: [*const f32; ROWS] = std::array::from_fn(|r| xp.add((i + r.min(rows - 1)) * n));
+                let mut acc = [[_mm256_setzero_ps(); COLS]; ROWS];
+                let mut k = 0;
+                while k < n {
+                    let xv: [__m256; ROWS] = std::array::from_fn(|r| _mm256_loadu_ps(xr[r].add(k)));
+                    for c in 0..COLS {
+                        let wv = _mm256_cvtph_ps(_mm_loadu_si128(wr[c].add(k) as *const __m128i));
+                        for r in 0..ROWS {
+                            acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+                        }
+                    }
+                    k += 8;
+                }
+                for (r, row_acc) in acc.iter().enumerate().take(rows) {
+                    for (c, a) in row_acc.iter().enumerate().take(cols) {
+                        *y.0.add((i + r) * d.out + j + c) = sum(*a) + d.bias[j + c];
+                    }
+                }
+                i += rows;
+            }
+            j += cols;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Odd shapes: tiles cut short on both rows and columns.
+    #[test]
+    fn the_vector_product_equals_the_portable_one() {
+        let (inp, out) = (40, 13);
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let d = Dense {
+            weight: (0..inp * out).map(|_| half::f16::from_f32(next()).to_bits()).collect(),
+            bias: (0..out).map(|_| next()).collect(),
+            inp,
+            out,
+        };
+        for m in [1, 3, 4, 7] {
+            let x: Vec<f32> = (0..m * inp).map(|_| next()).collect();
+            let mut fast = Vec::new();
+            dense(&x, m, &d, &mut fast);
+            let mut portable = vec![0.0; m * out];
+            dense_scalar(&x, &d, &mut portable);
+            assert_eq!(fast.len(), portable.len());
+            for (a, b) in fast.iter().zip(&portable) {
+                assert!((a - b).abs() < 1e-5, "m={m}: {a} vs {b}");
+            }
+        }
+    }
+}
