@@ -147,6 +147,29 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
 }
 
 #[test]
+fn a_chunk_without_a_vector_yet_is_not_buried() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    index_json(root);
+    // Just written, indexed lexically, not embedded yet (as while the
+    // background embedding catches up after an edit).
+    write(
+        root,
+        "src/auth/keys.py",
+        "def rotate_signing_keys(store):\n    \"\"\"Rotate the signing keys of the token store.\"\"\"\n    store.rotate()\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let status = ken_json(root, &["status", "--json"]);
+    assert!(status["embedding_coverage"].as_f64().unwrap() < 1.0, "{status}");
+    // Its words match the query exactly; token chunks that do have vectors
+    // match it in meaning. Scored as the least similar chunk it would lose.
+    let hits = search(root, "rotate the signing keys of the token store", 3);
+    assert_eq!(hits[0]["symbol"], "rotate_signing_keys", "{hits:?}");
+}
+
+#[test]
 fn without_the_model_lexical_search_still_works() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
