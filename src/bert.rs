@@ -80,6 +80,11 @@ impl QueryEncoder {
             .into_iter()
             .find(|p| weights.get(&format!("{p}embeddings.word_embeddings.weight")).is_ok())
             .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))?;
+        // Word embedding rows are read straight from the mapped file.
+        let words = weights.get(&format!("{prefix}embeddings.word_embeddings.weight"))?;
+        if DType::try_from(words.dtype()).ok() != Some(DType::F32) {
+            bail!("the query pass reads f32 word embeddings, not {:?}", words.dtype());
+        }
         let load = |name: &str| -> Result<Vec<f32>> {
             let full = format!("{prefix}{name}");
             let tensor = weights

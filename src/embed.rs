@@ -149,9 +149,9 @@ impl Embedder for LocalBert {
                 .tokenizer
                 .encode(*text, true)
                 .map_err(|e| anyhow!("tokenizing: {e}"))?;
-            if encoding.get_ids().len() <= MAX_QUERY_TOKENS {
-                let vector = self.query_model()?.embed(encoding.get_ids(), encoding.get_type_ids())?;
-                return Ok(vec![vector]);
+            // A model the query pass cannot run (other weight types) takes candle's pass.
+            if let (true, Ok(pass)) = (encoding.get_ids().len() <= MAX_QUERY_TOKENS, self.query_model()) {
+                return Ok(vec![pass.embed(encoding.get_ids(), encoding.get_type_ids())?]);
             }
         }
         self.embed_batch(texts)
