@@ -261,7 +261,12 @@ fn the_model_is_fetched_from_a_hub_and_verified() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Python starts slowly on a loaded machine: wait until the server accepts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the test hub did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let fetch = |cache: &Path| {
         Command::new(ken_bin())
             .args(["model", "fetch"])
