@@ -782,7 +782,7 @@ fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
         .append(true)
         .open(index_dir.join("embed.log"))
         .context("cannot open the embedding log")?;
-    let child = std::process::Command::new(exe)
+    let mut child = std::process::Command::new(exe)
         .arg("--root")
         .arg(root)
         .arg("--index-dir")
@@ -794,6 +794,15 @@ fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
         .process_group(0)
         .spawn()
         .context("cannot start the background embedding")?;
+    // Return once the child holds the writer lock, so a search right after
+    // this command says embedding is under way rather than never started.
+    let started = std::time::Instant::now();
+    while store::writer_of(index_dir).is_none()
+        && matches!(child.try_wait(), Ok(None))
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     Ok(child.id())
 }
 

@@ -290,9 +290,10 @@ const LOCAL_PROVIDER: &str = "local";
 
 /// `ken index`'s second phase for `root`: embeds what the current branch lacks.
 pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter: &Reporter) -> Result<EmbedReport> {
-    let (embedder, provider) = configured_embedder()?;
     let mut store = Store::open_for_write(index_dir)?;
+    // Locked before the model loads (seconds), so others see the pass at once.
     let _lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+    let (embedder, provider) = configured_embedder()?;
     let branch = crate::git::head(root).catalog_key();
     if let Some(previous) = store.meta("embedding_model")? {
         if previous != embedder.id() {

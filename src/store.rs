@@ -300,19 +300,7 @@ impl Store {
     /// Who is writing the index right now (another process holding the
     /// writer lock), if anyone: for messages such as "embedding in progress".
     pub fn active_writer(&self) -> Option<String> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = File::open(&path).ok()?;
-        // A shared lock is refused only while a writer holds the exclusive one;
-        // it is released at once (writers retry, so this never blocks them).
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-            return None;
-        }
-        let holder = fs::read_to_string(&path).unwrap_or_default();
-        Some(match holder.split_whitespace().next() {
-            Some(pid) => format!("process {pid}"),
-            None => "another ken process".to_string(),
-        })
+        writer_of(&self.dir)
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
@@ -384,6 +372,23 @@ impl Store {
             .execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')", [])?;
         Ok(())
     }
+}
+
+/// Who holds the writer lock of the index in `dir` ("process 123"), if anyone.
+pub fn writer_of(dir: &Path) -> Option<String> {
+    let path = dir.join(LOCK_FILE);
+    let file = File::open(&path).ok()?;
+    // A shared lock is refused only while a writer holds the exclusive one;
+    // it is released at once (writers retry, so this never blocks them).
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+        return None;
+    }
+    let holder = fs::read_to_string(&path).unwrap_or_default();
+    Some(match holder.split_whitespace().next() {
+        Some(pid) => format!("process {pid}"),
+        None => "another ken process".to_string(),
+    })
 }
 
 /// Takes the writer lock of the index in `dir` (see [`Store::lock_for_write`]).

@@ -366,8 +366,13 @@ fn background_embedding_lets_lexical_search_start_at_once() {
     sample_project(root);
     let report = ken_json(root, &["index", "--background", "--json"]);
     assert!(report["embedding"].is_null(), "{report}");
-    // Searchable right away (lexically at least).
-    assert_eq!(search(root, "render_template", 1)[0]["symbol"], "render_template");
+    // Searchable right away (lexically at least), and a lexical-only answer
+    // says embedding is under way, not that it was never started.
+    let out = ken(root, &["search", "--json", "-k", "1", "render_template"]);
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["symbol"], "render_template", "{hits}");
+    let notice = String::from_utf8_lossy(&out.stderr);
+    assert!(!notice.contains("--no-embed"), "{notice}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let status = ken_json(root, &["status", "--json"]);
