@@ -181,7 +181,11 @@ fn sample_queries(searcher: &Searcher) -> Result<Vec<String>> {
         "SELECT symbol FROM chunks WHERE symbol IS NOT NULL AND length(symbol) > 5
          AND id % 97 = 0 ORDER BY id LIMIT 100",
     )?;
-    let symbols: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    // A packed chunk's label lists several names; the first is one of them.
+    let symbols: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .map(|s| s.map(|s| s.split(", ").next().unwrap_or_default().to_string()))
+        .collect::<rusqlite::Result<_>>()?;
     let mut queries = symbols.clone();
     for pair in symbols.chunks(2) {
         let words: Vec<String> = pair

@@ -18,18 +18,21 @@ use crate::graph::FileGraph;
 use crate::lang::Language;
 
 /// Bumped when the chunking algorithm changes what it produces.
-const CHUNKER_VERSION: u32 = 2;
+const CHUNKER_VERSION: u32 = 3;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
 pub fn chunking_fingerprint(limits: &ChunkLimits) -> String {
     format!(
-        "v{CHUNKER_VERSION}-g{}-{:016x}-{}-{}-{}",
+        "v{CHUNKER_VERSION}-g{}-{:016x}-{}-{}-{}-p{}-{}-{}",
         crate::graph::EXTRACTOR_VERSION,
         crate::lang::queries_fingerprint(),
         limits.max_lines,
         limits.max_bytes,
-        limits.overlap_lines
+        limits.overlap_lines,
+        limits.tiny_lines,
+        limits.pack_max_lines,
+        limits.pack_max_bytes
     )
 }
 
@@ -40,6 +43,13 @@ pub struct ChunkLimits {
     pub max_bytes: usize,
     /// Lines repeated at the start of the next part when a chunk is split.
     pub overlap_lines: usize,
+    /// A function or method of at most this many lines is packed with its
+    /// neighbours: alone it has too few words for BM25 or a vector to say
+    /// what it does (a getter, a one-line wrapper). 0 packs nothing.
+    pub tiny_lines: usize,
+    /// The most lines and bytes a packed chunk may reach.
+    pub pack_max_lines: usize,
+    pub pack_max_bytes: usize,
 }
 
 impl Default for ChunkLimits {
@@ -48,6 +58,9 @@ impl Default for ChunkLimits {
             max_lines: 80,
             max_bytes: 4000,
             overlap_lines: 3,
+            tiny_lines: 6,
+            pack_max_lines: 40,
+            pack_max_bytes: 1000,
         }
     }
 }
@@ -62,14 +75,35 @@ pub struct Chunk {
     pub start_byte: u32,
     pub end_byte: u32,
     pub kind: String,
-    /// Name of the definition, if the chunk is (part of) one.
-    pub symbol: Option<String>,
+    /// The definition the chunk is (part of), if any; a packed chunk has all
+    /// the definitions in it, in source order.
+    pub symbols: Vec<ChunkSymbol>,
     /// Signatures of the enclosing definitions (e.g. the class of a method),
     /// outermost first, one per line.
     pub context: Option<String>,
     /// The exact source text of the chunk's lines.
     pub text: String,
 }
+
+/// A named definition within a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkSymbol {
+    pub name: String,
+    /// 1-based inclusive, within the chunk's lines.
+    pub start_line: u32,
+    pub end_line: u32,
+}
+
+impl Chunk {
+    /// The chunk's names for display: `parse`, or `get, set` when packed.
+    pub fn symbol_label(&self) -> Option<String> {
+        let names: Vec<&str> = self.symbols.iter().map(|s| s.name.as_str()).collect();
+        (!names.is_empty()).then(|| names.join(", "))
+    }
+}
+
+/// Kinds of definitions that tiny ones are packed with.
+const PACKABLE_KINDS: &[&str] = &["function", "method"];
 
 /// Kinds whose members become chunks of their own (and, in the code graph,
 /// have it as their container).
@@ -483,7 +517,15 @@ impl<'s> ChunkSink<'s> {
             start_byte: start_byte as u32,
             end_byte: end_byte as u32,
             kind: span.kind.to_string(),
-            symbol: span.symbol.map(str::to_string),
+            symbols: span
+                .symbol
+                .map(|name| ChunkSymbol {
+                    name: name.to_string(),
+                    start_line: start_row as u32 + 1,
+                    end_line: end_row as u32 + 1,
+                })
+                .into_iter()
+                .collect(),
             context,
             text: self.source[start_byte..end_byte].to_string(),
         });
@@ -511,8 +553,39 @@ impl<'s> ChunkSink<'s> {
                 }
             }
         }
-        self.chunks
+        pack_tiny_definitions(self.chunks, self.source, self.limits)
     }
+}
+
+/// Joins each tiny function or method to the sibling before it (else the one
+/// after it) when both are definitions of one kind in the same container,
+/// adjacent, and the result stays within the packing limits.
+fn pack_tiny_definitions(chunks: Vec<Chunk>, source: &str, limits: &ChunkLimits) -> Vec<Chunk> {
+    let lines = |c: &Chunk| (c.end_line - c.start_line + 1) as usize;
+    let packable = |c: &Chunk| !c.symbols.is_empty() && PACKABLE_KINDS.contains(&c.kind.as_str());
+    let can_pack = |a: &Chunk, b: &Chunk| {
+        (lines(a) <= limits.tiny_lines || lines(b) <= limits.tiny_lines)
+            && a.end_line + 1 == b.start_line
+            && a.context == b.context
+            && a.kind == b.kind
+            && packable(a)
+            && packable(b)
+            && (b.end_line - a.start_line + 1) as usize <= limits.pack_max_lines
+            && (b.end_byte - a.start_byte) as usize <= limits.pack_max_bytes
+    };
+    let mut out: Vec<Chunk> = Vec::with_capacity(chunks.len());
+    for chunk in chunks {
+        match out.last_mut() {
+            Some(prev) if can_pack(prev, &chunk) => {
+                prev.symbols.extend(chunk.symbols);
+                prev.end_line = chunk.end_line;
+                prev.end_byte = chunk.end_byte;
+                prev.text = source[prev.start_byte as usize..prev.end_byte as usize].to_string();
+            }
+            _ => out.push(chunk),
+        }
+    }
+    out
 }
 
 /// A line that only closes something: blank, punctuation (`}`, `);`), a
@@ -675,4 +748,110 @@ fn chunk_plain_text(source: &str, lines: &Lines, limits: &ChunkLimits) -> Vec<Ch
     };
     out.emit(span, None);
     out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"class Box:
+    def __init__(self, v):
+        self.v = v
+
+    def get(self):
+        return self.v
+
+    def total(self, items):
+        result = 0
+        for item in items:
+            if item:
+                result += item
+        self.v = result
+        return result
+
+
+def free_a():
+    return 1
+
+
+def free_b():
+    return 2
+"#;
+
+    /// (name, first line, last line)
+    type Named = (String, u32, u32);
+
+    /// (kind, first line, last line, definitions) of each chunk of SOURCE.
+    fn chunks(limits: &ChunkLimits) -> Vec<(String, u32, u32, Vec<Named>)> {
+        let python = crate::lang::by_name("python").expect("python grammar");
+        chunk_source(Some(python), SOURCE, limits)
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                let symbols = c
+                    .symbols
+                    .into_iter()
+                    .map(|s| (s.name, s.start_line, s.end_line))
+                    .collect();
+                (c.kind, c.start_line, c.end_line, symbols)
+            })
+            .collect()
+    }
+
+    fn s(name: &str, start: u32, end: u32) -> Named {
+        (name.to_string(), start, end)
+    }
+
+    #[test]
+    fn tiny_definitions_are_packed_with_their_siblings_only() {
+        let got = chunks(&ChunkLimits::default());
+        let methods: Vec<_> = got.iter().filter(|c| c.0 == "method").collect();
+        // The tiny methods take in the next one, as it fits the budget.
+        assert_eq!(methods.len(), 1, "{got:?}");
+        assert_eq!(
+            methods[0].3,
+            vec![s("__init__", 2, 3), s("get", 5, 6), s("total", 8, 14)],
+            "{got:?}"
+        );
+        // The class header is not a function: never packed.
+        assert_eq!(got[0], ("class".to_string(), 1, 1, vec![s("Box", 1, 1)]));
+        // Top-level functions are not packed with methods of the class.
+        let functions: Vec<_> = got.iter().filter(|c| c.0 == "function").collect();
+        assert_eq!(functions.len(), 1, "{got:?}");
+        assert_eq!(functions[0].3, vec![s("free_a", 17, 18), s("free_b", 21, 22)]);
+        // Every line is still in exactly one chunk.
+        let mut next = 1;
+        for c in &got {
+            assert_eq!(c.1, next, "{got:?}");
+            next = c.2 + 1;
+        }
+        assert_eq!(next as usize, SOURCE.lines().count() + 1);
+    }
+
+    #[test]
+    fn packing_respects_its_limits() {
+        let off = chunks(&ChunkLimits {
+            tiny_lines: 0,
+            ..ChunkLimits::default()
+        });
+        assert!(off.iter().all(|c| c.3.len() <= 1), "{off:?}");
+        let small_budget = chunks(&ChunkLimits {
+            pack_max_bytes: 40,
+            ..ChunkLimits::default()
+        });
+        assert!(small_budget.iter().all(|c| c.3.len() <= 1), "{small_budget:?}");
+        let fewer_lines = chunks(&ChunkLimits {
+            pack_max_lines: 10,
+            ..ChunkLimits::default()
+        });
+        let methods: Vec<_> = fewer_lines
+            .iter()
+            .filter(|c| c.0 == "method")
+            .map(|c| c.3.clone())
+            .collect();
+        assert_eq!(
+            methods,
+            vec![vec![s("__init__", 2, 3), s("get", 5, 6)], vec![s("total", 8, 14)]]
+        );
+    }
 }

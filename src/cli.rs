@@ -617,7 +617,7 @@ fn run(cli: Cli) -> Result<i32> {
                     .iter()
                     .map(|c| {
                         serde_json::json!({"start_line": c.start_line, "end_line": c.end_line, "kind": c.kind,
-                            "symbol": c.symbol, "context": c.context})
+                            "symbol": c.symbol_label(), "context": c.context})
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -635,7 +635,7 @@ fn run(cli: Cli) -> Result<i32> {
                         c.start_line,
                         c.end_line,
                         c.kind,
-                        c.symbol.as_deref().unwrap_or("-")
+                        c.symbol_label().as_deref().unwrap_or("-")
                     );
                 }
             }

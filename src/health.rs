@@ -46,8 +46,16 @@ const TABLE_CHECKS: &[(&str, Severity, &str, &str, &str)] = &[
         Severity::Error,
         "SELECT count(*) FROM chunks WHERE file_id NOT IN (SELECT id FROM files)",
         "DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE file_id NOT IN (SELECT id FROM files));
+         DELETE FROM chunk_symbols WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id NOT IN (SELECT id FROM files));
          DELETE FROM chunks WHERE file_id NOT IN (SELECT id FROM files);",
         "chunks whose file version is gone",
+    ),
+    (
+        "symbols_without_chunks",
+        Severity::Warning,
+        "SELECT count(*) FROM chunk_symbols WHERE chunk_id NOT IN (SELECT id FROM chunks)",
+        "DELETE FROM chunk_symbols WHERE chunk_id NOT IN (SELECT id FROM chunks);",
+        "symbol names of chunks that are gone",
     ),
     (
         "chunks_without_text",

@@ -142,7 +142,13 @@ struct Candidate {
     /// Cosine similarity to the query, when the vector side found the chunk.
     similarity: Option<f32>,
     exact_symbol: bool,
+    /// The definition a query's identifier names, when it is one of several
+    /// packed in the chunk: the result is narrowed to its lines.
+    exact_member: Option<Member>,
 }
+
+/// A definition inside a packed chunk: name, first and last line.
+type Member = (String, u32, u32);
 
 /// How results are found.
 #[derive(
@@ -546,6 +552,9 @@ impl Searcher {
             self.load_contents(&mut hits)?;
         }
         for hit in &mut hits {
+            if let Some(member) = &candidates[&hit.chunk_id].exact_member {
+                narrow_to_member(hit, member);
+            }
             hit.snippet = snippet(&hit.content, &q, 4);
             hit.score = (hit.score * 1e6).round() / 1e6;
         }
@@ -571,12 +580,13 @@ impl Searcher {
         if req.mode != SearchMode::Semantic {
             let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
             for key in &q.identifiers {
-                for id in self.symbol_candidates(key, req)? {
+                for (id, member) in self.symbol_candidates(key, req)? {
                     let c = candidates.entry(id).or_insert(Candidate {
                         bm25: best_bm25 * 0.5,
                         ..Candidate::default()
                     });
                     c.exact_symbol = true;
+                    c.exact_member = c.exact_member.take().or(Some(member));
                 }
             }
         }
@@ -754,18 +764,22 @@ impl Searcher {
         Ok(out)
     }
 
-    fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<i64>> {
+    /// Chunks that define the identifier `key`, with the definition's name and lines.
+    fn symbol_candidates(&self, key: &str, req: &SearchRequest) -> Result<Vec<(i64, Member)>> {
         let (filter_sql, mut params) = self.filters(req);
         params.push(Value::Text(key.to_string()));
         let key_param = params.len();
         let sql = format!(
-            "SELECT c.id FROM chunks c
+            "SELECT c.id, s.name, s.start_line, s.end_line FROM chunk_symbols s
+             JOIN chunks c ON c.id = s.chunk_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              JOIN files f ON f.id = c.file_id
-             WHERE c.symbol_key = ?{key_param}{filter_sql} LIMIT 50"
+             WHERE s.key = ?{key_param}{filter_sql} LIMIT 50"
         );
         let mut stmt = self.store.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params_from_iter(params.iter()), |r| r.get(0))?;
+        let rows = stmt.query_map(params_from_iter(params.iter()), |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -942,6 +956,19 @@ fn add_common_term_scores(
     }
 }
 
+/// Cuts a hit on a packed chunk down to the definition the query named.
+fn narrow_to_member(hit: &mut SearchHit, (name, start, end): &Member) {
+    if *start < hit.start_line || *end > hit.end_line || (*start, *end) == (hit.start_line, hit.end_line) {
+        return;
+    }
+    let skip = (start - hit.start_line) as usize;
+    let take = (end - start + 1) as usize;
+    hit.content = hit.content.split_inclusive('\n').skip(skip).take(take).collect();
+    hit.symbol = Some(name.clone());
+    hit.start_line = *start;
+    hit.end_line = *end;
+}
+
 /// Compiles a `--path` filter. A pattern without glob characters is a path
 /// prefix: a directory or a file.
 pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
@@ -1114,7 +1141,7 @@ mod tests {
                 Candidate {
                     bm25,
                     similarity,
-                    exact_symbol: false,
+                    ..Candidate::default()
                 },
             )
         })
@@ -1147,7 +1174,7 @@ mod tests {
             Candidate {
                 bm25: 8.0,
                 similarity: None,
-                exact_symbol: false,
+                ..Candidate::default()
             },
         );
         partial.insert(
@@ -1155,7 +1182,7 @@ mod tests {
             Candidate {
                 bm25: 8.0,
                 similarity: Some(0.10),
-                exact_symbol: false,
+                ..Candidate::default()
             },
         );
         let scores = fuse(&partial, SearchMode::Hybrid, true, Fusion::default());

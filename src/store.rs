@@ -26,7 +26,7 @@ use crate::lexical;
 
 /// Bumped whenever the schema or the meaning of stored data changes; an
 /// index with another version is rebuilt.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 pub const INDEX_DIR_NAME: &str = ".ken";
 const DB_FILE: &str = "index.db";
@@ -54,12 +54,20 @@ CREATE TABLE chunks (
     end_byte INTEGER NOT NULL,
     kind TEXT NOT NULL,
     symbol TEXT,
-    symbol_key TEXT,
     context TEXT
 );
 CREATE INDEX chunks_by_file ON chunks (file_id);
 CREATE INDEX chunks_by_content ON chunks (content_hash);
-CREATE INDEX chunks_by_symbol ON chunks (symbol_key) WHERE symbol_key IS NOT NULL;
+-- The names a chunk defines (several when tiny definitions are packed), as
+-- `lexical::joined_key`, for exact symbol matches.
+CREATE TABLE chunk_symbols (
+    key TEXT NOT NULL,
+    chunk_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL
+);
+CREATE INDEX chunk_symbols_by_key ON chunk_symbols (key);
 CREATE TABLE catalog (
     branch TEXT NOT NULL,
     path TEXT NOT NULL,
@@ -123,7 +131,7 @@ pub struct NewFileVersion {
 pub struct PreparedChunk {
     pub chunk: Chunk,
     pub content_hash: i64,
-    pub symbol_key: Option<String>,
+    pub symbol_keys: Vec<String>,
     pub symbol_terms: String,
     pub body_terms: String,
 }
@@ -131,8 +139,8 @@ pub struct PreparedChunk {
 impl PreparedChunk {
     pub fn new(chunk: Chunk) -> PreparedChunk {
         let mut symbol_terms = String::new();
-        if let Some(symbol) = &chunk.symbol {
-            lexical::index_terms(symbol, &mut symbol_terms);
+        for symbol in &chunk.symbols {
+            lexical::index_terms(&symbol.name, &mut symbol_terms);
         }
         let mut body_terms = String::new();
         if let Some(context) = &chunk.context {
@@ -141,7 +149,7 @@ impl PreparedChunk {
         lexical::index_terms(&chunk.text, &mut body_terms);
         PreparedChunk {
             content_hash: content_hash(chunk.text.as_bytes()),
-            symbol_key: chunk.symbol.as_deref().map(lexical::joined_key),
+            symbol_keys: chunk.symbols.iter().map(|s| lexical::joined_key(&s.name)).collect(),
             symbol_terms,
             body_terms,
             chunk,
@@ -539,8 +547,11 @@ impl<'c> Batch<'c> {
             .tx
             .prepare_cached("INSERT INTO contents (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING")?;
         let mut insert_chunk = self.tx.prepare_cached(
-            "INSERT INTO chunks (file_id, content_hash, start_line, end_line, start_byte, end_byte, kind, symbol, symbol_key, context)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO chunks (file_id, content_hash, start_line, end_line, start_byte, end_byte, kind, symbol, context)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        let mut insert_symbol = self.tx.prepare_cached(
+            "INSERT INTO chunk_symbols (key, chunk_id, name, start_line, end_line) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
         let mut insert_fts = self
             .tx
@@ -557,11 +568,13 @@ impl<'c> Batch<'c> {
                 chunk.start_byte,
                 chunk.end_byte,
                 chunk.kind,
-                chunk.symbol,
-                prepared.symbol_key,
+                chunk.symbol_label(),
                 chunk.context
             ])?;
             let chunk_id = self.tx.last_insert_rowid();
+            for (key, symbol) in prepared.symbol_keys.iter().zip(&chunk.symbols) {
+                insert_symbol.execute(params![key, chunk_id, symbol.name, symbol.start_line, symbol.end_line])?;
+            }
             insert_fts.execute(params![
                 chunk_id,
                 prepared.symbol_terms,
@@ -634,6 +647,9 @@ impl<'c> Batch<'c> {
             .query_map([file_id], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
         let mut delete_fts = self.tx.prepare_cached("DELETE FROM chunks_fts WHERE rowid = ?1")?;
+        let mut delete_symbols = self
+            .tx
+            .prepare_cached("DELETE FROM chunk_symbols WHERE chunk_id = ?1")?;
         let mut delete_content = self.tx.prepare_cached(
             "DELETE FROM contents WHERE hash = ?1 AND NOT EXISTS
                  (SELECT 1 FROM chunks WHERE content_hash = ?1 AND file_id != ?2)",
@@ -644,6 +660,7 @@ impl<'c> Batch<'c> {
         )?;
         for (id, hash) in chunk_ids {
             delete_fts.execute([id])?;
+            delete_symbols.execute([id])?;
             delete_content.execute([hash, file_id])?;
             delete_embeddings.execute([hash, file_id])?;
         }

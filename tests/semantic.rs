@@ -75,10 +75,12 @@ fn a_query_embeds_as_it_would_in_a_batch() {
     assert!((cosine(&a[0], &b[0]) - 0.755).abs() < 0.01);
 }
 
-/// The symbol of the best semantic-only result.
-fn semantic_top(root: &Path, query: &str) -> String {
+/// The names in the best semantic-only result (several when tiny
+/// definitions are packed into one chunk).
+fn semantic_top(root: &Path, query: &str) -> Vec<String> {
     let hits = ken_json(root, &["search", "--json", "--mode", "semantic", "-k", "3", query]);
-    hits[0]["symbol"].as_str().unwrap_or_default().to_string()
+    let label = hits[0]["symbol"].as_str().unwrap_or_default();
+    label.split(", ").map(str::to_string).collect()
 }
 
 fn index_json(root: &Path) -> Value {
@@ -111,10 +113,7 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
     assert_eq!(again["embedding"]["embedded"], 0, "{again}");
     assert_eq!(again["embedding"]["reused"].as_u64(), Some(contents));
 
-    assert_eq!(
-        semantic_top(root, "reject credentials that are too old"),
-        "check_expiry"
-    );
+    assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
     let hits = ken_json(
         root,
         &[
@@ -132,7 +131,8 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
     let hits = search(root, "render_template", 3);
     assert_eq!(hits[0]["symbol"], "render_template");
     let hits = search(root, "look up a user by their name", 3);
-    assert_eq!(hits[0]["symbol"], "findByName", "{hits:?}");
+    let names = hits[0]["symbol"].as_str().unwrap_or_default();
+    assert!(names.split(", ").any(|n| n == "findByName"), "{hits:?}");
 
     // Editing one function embeds only that function's new content.
     write(
@@ -230,10 +230,7 @@ fn a_lost_vector_file_is_rebuilt_without_re_embedding() {
         second["embedding"]["vectors_in_index"],
         first["embedding"]["vectors_in_index"]
     );
-    assert_eq!(
-        semantic_top(root, "reject credentials that are too old"),
-        "check_expiry"
-    );
+    assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
 }
 
 #[test]
@@ -305,7 +302,8 @@ fn similar_finds_code_like_a_snippet_or_a_chunk() {
     write(
         root,
         "a/text.py",
-        "def normalize_whitespace(text):\n    return \" \".join(text.split())\n\n\ndef shout(text):\n    return text.upper() + \"!\"\n",
+        // The constant between them keeps the two tiny functions apart.
+        "def normalize_whitespace(text):\n    return \" \".join(text.split())\n\n\nBANG = \"!\"\n\n\ndef shout(text):\n    return text.upper() + BANG\n",
     );
     write(
         root,
@@ -385,10 +383,7 @@ fn background_embedding_lets_lexical_search_start_at_once() {
         );
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
-    assert_eq!(
-        semantic_top(root, "reject credentials that are too old"),
-        "check_expiry"
-    );
+    assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
 }
 
 #[test]
@@ -417,5 +412,5 @@ fn a_second_clone_takes_its_vectors_from_the_shared_cache() {
     let second = index(&b);
     assert_eq!(second["embedding"]["embedded"], 0, "{second}");
     assert_eq!(second["embedding"]["from_shared_cache"].as_u64(), Some(n), "{second}");
-    assert_eq!(semantic_top(&b, "reject credentials that are too old"), "check_expiry");
+    assert!(semantic_top(&b, "reject credentials that are too old").contains(&"check_expiry".to_string()));
 }
