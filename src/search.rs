@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::embed::{Embedder, InputKind};
 use crate::git;
+use crate::lang;
 use crate::lexical::{self, QueryTerms};
 use crate::store::Store;
 use crate::vectors::VectorIndex;
@@ -230,11 +231,49 @@ impl Fusion {
     }
 }
 
-/// Score factors of the rerank for tests and documentation folders when the
-/// query does not ask for them (measured on the public eval's swe set, where
-/// tests outranked the source files an issue is about).
+/// Score factors of the rerank for what is not source code, each measured on
+/// the public eval's swe set (tests, changelogs, prose and config files
+/// outranked the source files an issue is about) and lifted, or softened for
+/// tests, when the query asks for that kind of file.
 const TEST_FACTOR: f64 = 0.3;
+/// A query that says "test" often means the product's own tests (pytest's
+/// issues do), so asking softens the demotion instead of lifting it.
+const TEST_FACTOR_ASKED: f64 = 0.5;
 const DOCS_FOLDER_FACTOR: f64 = 0.7;
+const PROSE_FACTOR: f64 = 0.35;
+const CONFIG_FACTOR: f64 = 0.5;
+const CHANGELOG_FACTOR: f64 = 0.3;
+const MODULE_FACTOR: f64 = 0.8;
+
+/// File stems of release notes (any extension, prose chunks only).
+const CHANGELOG_STEMS: &[&str] = &["changelog", "changes", "history", "news", "releases"];
+/// Folders of release-note fragments (towncrier and the like).
+const CHANGELOG_DIRS: &[&str] = &["changelog", "changelog.d", "changes", "newsfragments"];
+
+/// Which kinds of non-source files the query asks for (stemmed terms).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct QueryIntent {
+    tests: bool,
+    docs: bool,
+    config: bool,
+    changelog: bool,
+}
+
+impl QueryIntent {
+    fn of(q: &QueryTerms) -> QueryIntent {
+        let any = |pred: &dyn Fn(&str) -> bool| q.terms.iter().any(|t| pred(t));
+        QueryIntent {
+            tests: any(&|t| t.starts_with("test") || t == "spec"),
+            docs: any(&|t| ["doc", "readm", "document", "guid"].contains(&t)),
+            config: any(&|t| {
+                t.starts_with("config")
+                    || t.starts_with("setting")
+                    || ["toml", "yaml", "yml", "json", "ini"].contains(&t)
+            }),
+            changelog: any(&|t| t == "changelog" || t == "news" || t.starts_with("releas")),
+        }
+    }
+}
 
 impl Searcher {
     /// Opens the index of `root` (stored in `index_dir`) for searching the
@@ -532,14 +571,10 @@ impl Searcher {
             add_common_term_scores(&mut hits, &mut candidates, &common, self.chunk_total()?);
         }
         let fused = fuse(&candidates, req.mode, semantic_on, self.fusion);
-        let asks_for_tests = q.terms.iter().any(|t| t.starts_with("test") || t == "spec");
-        let asks_for_docs = q
-            .terms
-            .iter()
-            .any(|t| ["doc", "readm", "document", "guid"].contains(&t.as_str()));
+        let intent = QueryIntent::of(&q);
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
-            hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, asks_for_tests, asks_for_docs);
+            hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, intent);
         }
         hits.sort_by(|a, b| {
             b.score
@@ -1009,23 +1044,44 @@ fn is_test_path(path: &str) -> bool {
     })
 }
 
-fn rerank_factor(hit: &SearchHit, exact_symbol: bool, asks_for_tests: bool, asks_for_docs: bool) -> f64 {
+fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f64 {
     let mut f = 1.0;
-    if !asks_for_docs && hit.path.split('/').any(|s| s == "doc" || s == "docs") {
-        f *= DOCS_FOLDER_FACTOR;
-    }
     if exact_symbol {
         f *= 3.0;
     }
-    match hit.kind.as_str() {
-        "module" => f *= 0.8,
-        "text" | "section" if !asks_for_docs => f *= 0.7,
-        _ => {}
+    if hit.kind == "module" {
+        f *= MODULE_FACTOR;
     }
-    if !asks_for_tests && is_test_path(&hit.path) {
-        f *= TEST_FACTOR;
+    let prose = matches!(hit.kind.as_str(), "text" | "section");
+    let changelog = prose && is_changelog_path(&hit.path);
+    let config = matches!(hit.language.as_str(), "json" | "toml" | "yaml" | lang::PLAIN_TEXT);
+    let asked_for_this = (changelog && intent.changelog) || (config && intent.config);
+    if !intent.docs {
+        if prose && !asked_for_this {
+            f *= PROSE_FACTOR;
+        }
+        if config && !intent.config {
+            f *= CONFIG_FACTOR;
+        }
+        if hit.path.split('/').any(|s| s == "doc" || s == "docs") {
+            f *= DOCS_FOLDER_FACTOR;
+        }
+    }
+    if changelog && !intent.changelog {
+        f *= CHANGELOG_FACTOR;
+    }
+    if is_test_path(&hit.path) {
+        f *= if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR };
     }
     f
+}
+
+fn is_changelog_path(path: &str) -> bool {
+    let path = path.to_ascii_lowercase();
+    let mut segments: Vec<&str> = path.split('/').collect();
+    let name = segments.pop().unwrap_or_default();
+    let stem = name.split('.').next().unwrap_or_default();
+    CHANGELOG_STEMS.contains(&stem) || segments.iter().any(|dir| CHANGELOG_DIRS.contains(dir))
 }
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
@@ -1200,5 +1256,51 @@ mod tests {
         assert!(is_test_path("src/app.spec.ts"));
         assert!(is_test_path("src/testing/x.rs"));
         assert!(!is_test_path("src/contest.rs"));
+    }
+
+    #[test]
+    fn changelogs_are_recognised_by_name_or_folder() {
+        assert!(is_changelog_path("CHANGELOG.md"));
+        assert!(is_changelog_path("doc/en/ChangeLog"));
+        assert!(is_changelog_path("HISTORY.rst"));
+        assert!(is_changelog_path("changelog/7356.bugfix.rst"));
+        assert!(is_changelog_path("newsfragments/12.feature"));
+        assert!(!is_changelog_path("src/history/store.md"));
+        assert!(!is_changelog_path("src/changes_view.py"));
+    }
+
+    #[test]
+    fn query_intent_lifts_only_what_the_query_names() {
+        let intent = |q: &str| QueryIntent::of(&QueryTerms::parse(q));
+        assert_eq!(intent("retry backoff delay"), QueryIntent::default());
+        assert!(intent("tests for the retry delay").tests);
+        assert!(intent("where is the retry configured").config);
+        assert!(intent("retry settings in pyproject.toml").config);
+        assert!(intent("changelog entry for retries").changelog);
+        assert!(intent("release notes of 2.0").changelog);
+        assert!(intent("retry guide in the docs").docs);
+        let hit = |path: &str, kind: &str, language: &str| SearchHit {
+            path: path.into(),
+            kind: kind.into(),
+            language: language.into(),
+            ..SearchHit::default()
+        };
+        let none = QueryIntent::default();
+        let source = rerank_factor(&hit("src/retry.py", "function", "python"), false, none);
+        for other in [
+            hit("CHANGELOG.md", "section", "markdown"),
+            hit("pyproject.toml", "table", "toml"),
+            hit("pylintrc", "text", "text"),
+            hit("tests/test_retry.py", "function", "python"),
+            hit("docs/retry.md", "section", "markdown"),
+        ] {
+            assert!(rerank_factor(&other, false, none) < source, "{}", other.path);
+        }
+        let changelog = hit("CHANGELOG.md", "section", "markdown");
+        let asked = intent("changelog retry");
+        assert!(rerank_factor(&changelog, false, asked) > rerank_factor(&changelog, false, none));
+        let test = hit("tests/test_retry.py", "function", "python");
+        let asked = intent("test retry");
+        assert!(rerank_factor(&test, false, asked) > rerank_factor(&test, false, none));
     }
 }

@@ -116,6 +116,40 @@ fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
 }
 
 #[test]
+fn changelogs_and_config_files_rank_after_source_unless_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/retry.py",
+        "def next_wait(attempt):\n    \"\"\"The retry backoff delay before the next attempt.\"\"\"\n    return min(30, 2 ** attempt)\n",
+    );
+    // Unrelated code, so the query's words are rare (BM25 gives words in most files no weight).
+    for i in 0..12 {
+        write(
+            root,
+            &format!("src/view_{i}.py"),
+            &format!("def handler_{i}(request):\n    \"\"\"Parse the body and render page {i}.\"\"\"\n    return render(request)\n"),
+        );
+    }
+    // Release notes and a config file say the words more often than the source.
+    let notes = "- retry backoff delay is capped; retry backoff delay fixed\n".repeat(4);
+    write(root, "CHANGELOG.md", &format!("# Changelog\n\n## 2.1\n\n{notes}"));
+    write(
+        root,
+        "settings.yaml",
+        &"retry:\n  backoff_delay: 3  # retry backoff delay\n".repeat(4),
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "retry backoff delay", 5);
+    assert_eq!(hits[0]["path"], "src/retry.py", "{hits:?}");
+    let hits = search(root, "changelog retry backoff delay", 5);
+    assert_eq!(hits[0]["path"], "CHANGELOG.md", "{hits:?}");
+    let hits = search(root, "retry backoff delay yaml setting", 5);
+    assert_eq!(hits[0]["path"], "settings.yaml", "{hits:?}");
+}
+
+#[test]
 fn filters_by_path_language_and_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
