@@ -502,6 +502,10 @@ impl Searcher {
             return Ok(Vec::new());
         }
         self.register_path_filter(path_filter)?;
+        // One snapshot for every read of this search: a writer committing
+        // between two of them would skew the term statistics (a chunk total
+        // read before a batch, document frequencies after it).
+        let _snapshot = self.store.conn.unchecked_transaction()?;
 
         let fetch = (req.limit * OVERFETCH).max(50);
         // A query of several words will use its vector: embed it on another
@@ -659,6 +663,9 @@ impl Searcher {
                 with_df.push((term, df as f64));
             }
         }
+        // The stored total is written at the end of an index run; chunks
+        // committed since can make a term's frequency exceed it.
+        let total = with_df.iter().map(|(_, df)| *df).fold(total, f64::max);
         let rare: Vec<&String> = with_df
             .iter()
             .filter(|(_, df)| *df <= total * COMMON_TERM_SHARE)

@@ -321,6 +321,31 @@ fn works_from_subdirectories_and_with_root() {
 }
 
 #[test]
+fn a_stale_chunk_total_does_not_turn_common_words_into_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..40 {
+        write(
+            root,
+            &format!("pkg/mod_{i}.py"),
+            &format!("def function_{i}(x):\n    \"\"\"Marker token{i}marker.\"\"\"\n    return x + {i}\n"),
+        );
+    }
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    assert_eq!(search(root, "token17marker", 10).len(), 1);
+    // What a reader sees while a writer commits batches: the total stored at
+    // the end of the last run lags behind the chunks (and term counts) since.
+    {
+        let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'chunk_count'", [])
+            .unwrap();
+    }
+    let hits = search(root, "token17marker", 10);
+    assert_eq!(hits.len(), 1, "only the chunk with the rare term: {hits:?}");
+    assert_eq!(hits[0]["path"], "pkg/mod_17.py");
+}
+
+#[test]
 fn an_index_of_another_schema_or_a_corrupt_one_is_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
