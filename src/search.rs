@@ -250,6 +250,13 @@ const CHANGELOG_STEMS: &[&str] = &["changelog", "changes", "history", "news", "r
 /// Folders of release-note fragments (towncrier and the like).
 const CHANGELOG_DIRS: &[&str] = &["changelog", "changelog.d", "changes", "newsfragments"];
 
+/// The query's very common terms (with document frequency), left out of the
+/// lexical match, and the chunk total their IDF is computed against.
+struct CommonTerms<'q> {
+    terms: Vec<(&'q String, f64)>,
+    total: f64,
+}
+
 /// Which kinds of non-source files the query asks for (stemmed terms).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct QueryIntent {
@@ -568,11 +575,11 @@ impl Searcher {
         // Text is read for every candidate only when common terms score on it.
         let mut hits = self.load_hits(
             &mut candidates,
-            !common.is_empty(),
+            !common.terms.is_empty(),
             fill_from.as_ref().map(|(model, query)| (*model, query.as_slice())),
         )?;
-        if !common.is_empty() {
-            add_common_term_scores(&mut hits, &mut candidates, &common, self.chunk_total()?);
+        if !common.terms.is_empty() {
+            add_common_term_scores(&mut hits, &mut candidates, &common);
         }
         let fused = fuse(&candidates, req.mode, semantic_on, self.fusion);
         let intent = QueryIntent::of(&q);
@@ -587,7 +594,7 @@ impl Searcher {
                 .then_with(|| a.start_line.cmp(&b.start_line))
         });
         let mut hits = diversify(hits, req.limit, req.max_per_file.max(1));
-        if common.is_empty() {
+        if common.terms.is_empty() {
             self.load_contents(&mut hits)?;
         }
         for hit in &mut hits {
@@ -602,13 +609,12 @@ impl Searcher {
 
     /// BM25 candidates and exact symbol-name matches (none in semantic mode),
     /// with the common terms left out of the match.
-    #[allow(clippy::type_complexity)]
     fn lexical_side<'q>(
         &self,
         q: &'q QueryTerms,
         req: &SearchRequest,
         fetch: usize,
-    ) -> Result<(HashMap<i64, Candidate>, Vec<(&'q String, f64)>)> {
+    ) -> Result<(HashMap<i64, Candidate>, CommonTerms<'q>)> {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let (terms, common) = self.selective_terms(q)?;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
@@ -649,8 +655,7 @@ impl Searcher {
     /// candidates are matched on and the very common ones, which are left out
     /// of the match when rarer terms exist (they cost the most and rank the
     /// least) and scored on the candidates instead, with their document frequency.
-    #[allow(clippy::type_complexity)]
-    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, Vec<(&'q String, f64)>)> {
+    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, CommonTerms<'q>)> {
         let total = self.chunk_total()?;
         let mut stmt = self
             .store
@@ -672,10 +677,17 @@ impl Searcher {
             .map(|(t, _)| *t)
             .collect();
         if rare.is_empty() {
-            return Ok((with_df.into_iter().map(|(t, _)| t).collect(), Vec::new()));
+            let all = with_df.into_iter().map(|(t, _)| t).collect();
+            return Ok((
+                all,
+                CommonTerms {
+                    terms: Vec::new(),
+                    total,
+                },
+            ));
         }
-        let common = with_df.into_iter().filter(|(t, _)| !rare.contains(t)).collect();
-        Ok((rare, common))
+        let terms = with_df.into_iter().filter(|(t, _)| !rare.contains(t)).collect();
+        Ok((rare, CommonTerms { terms, total }))
     }
 
     fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
@@ -967,12 +979,8 @@ fn fuse(
 /// counting the (stemmed) term in the lowercased symbol, path and body, and
 /// length relative to the other candidates. These terms have a low IDF, so
 /// the estimate only reorders candidates that the rare terms found.
-fn add_common_term_scores(
-    hits: &mut [SearchHit],
-    candidates: &mut HashMap<i64, Candidate>,
-    common: &[(&String, f64)],
-    total: f64,
-) {
+fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, Candidate>, common: &CommonTerms) {
+    let total = common.total;
     const K1: f64 = 1.2;
     const B: f64 = 0.75;
     let (ws, wp, wb) = BM25_WEIGHTS;
@@ -983,7 +991,7 @@ fn add_common_term_scores(
         let body = hit.content.to_lowercase();
         let norm = 1.0 - B + B * hit.content.len() as f64 / avg_len.max(1.0);
         let mut extra = 0.0;
-        for (term, df) in common {
+        for (term, df) in &common.terms {
             let tf = ws * symbol.matches(term.as_str()).count() as f64
                 + wp * path.matches(term.as_str()).count() as f64
                 + wb * body.matches(term.as_str()).count() as f64;
