@@ -659,16 +659,20 @@ fn run(cli: Cli) -> Result<i32> {
                     let kind = mode.split(' ').nth(1).unwrap_or_default();
                     let lexical = report.modes.iter().find(|m| m.0 == format!("lexical {kind}"));
                     println!(
-                        "{mode:>20}: p50 {p50:7.2} ms  p95 {p95:7.2} ms  ({:.1}x lexical p50)",
+                        "{mode:>29}: p50 {p50:7.2} ms  p95 {p95:7.2} ms  ({:.1}x lexical p50)",
                         p50 / lexical.map_or(1.0, |m| m.1).max(1e-9)
                     );
                 }
-                println!(
-                    "query embedding alone: p50 {:.2} ms ({:.2}x candle's batch pass, {:.2} ms)",
-                    report.query_embedding_p50_ms,
-                    report.query_embedding_p50_ms / report.query_embedding_batch_pass_p50_ms.max(1e-9),
-                    report.query_embedding_batch_pass_p50_ms
-                );
+                if report.vectors > 0 {
+                    println!(
+                        "query embedding alone: p50 {:.2} ms ({:.2}x candle's batch pass, {:.2} ms)",
+                        report.query_embedding_p50_ms,
+                        report.query_embedding_p50_ms / report.query_embedding_batch_pass_p50_ms.max(1e-9),
+                        report.query_embedding_batch_pass_p50_ms
+                    );
+                } else {
+                    println!("no vectors in this index: semantic and hybrid rows skipped");
+                }
             }
             Ok(0)
         }

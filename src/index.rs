@@ -262,6 +262,13 @@ pub fn index_scoped(
     report.seconds = started.elapsed().as_secs_f64();
     let all_chunks: i64 = store.conn.query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))?;
     store.set_meta("chunk_count", &all_chunks.to_string())?;
+    // Whole runs that changed something recount the common terms; the
+    // watcher's small runs do once the index has grown or shrunk by 5%.
+    let counted_at = store.common_terms_stored_at()?;
+    let drifted = counted_at.is_none_or(|n| (all_chunks - n).abs() * 20 > n);
+    if counted_at.is_none() || (changes > 0 && (scope.is_none() || drifted)) {
+        store.store_common_term_frequencies(all_chunks)?;
+    }
     store.set_meta("last_indexed_at", &now_rfc3339())?;
     store.set_meta("root", &report.root)?;
     store.set_meta(INDEXED_BRANCH, &branch)?;

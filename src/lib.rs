@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod bert;
+pub mod bm25;
 pub mod chunk;
 pub mod cli;
 pub mod discover;

@@ -91,6 +91,8 @@ pub struct Searcher {
     semantic: OnceLock<SemanticSide>,
     notice: std::sync::Mutex<Option<String>>,
     fusion: Fusion,
+    /// Benchmarks only: rank with FTS5's own `bm25()`, the baseline of `ken_bm25`.
+    stock_bm25: std::sync::atomic::AtomicBool,
 }
 
 /// What semantic search needs: the embedder of the index's vectors and the
@@ -287,6 +289,7 @@ impl Searcher {
     /// root's current branch.
     pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
         let store = Store::open_for_read(index_dir)?;
+        crate::bm25::register(&store.conn)?;
         let branch = git::head(root).catalog_key();
         let has_catalog = || -> Result<bool> {
             let sql = "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)";
@@ -317,7 +320,14 @@ impl Searcher {
             semantic: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::from_env()?,
+            stock_bm25: Default::default(),
         })
+    }
+
+    /// Ranks lexical candidates with FTS5's own `bm25()` (same results,
+    /// slower): the baseline `ken bench query` measures `ken_bm25` against.
+    pub fn rank_with_stock_bm25(&self, on: bool) {
+        self.stock_bm25.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn store(&self) -> &Store {
@@ -657,13 +667,9 @@ impl Searcher {
     /// least) and scored on the candidates instead, with their document frequency.
     fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, CommonTerms<'q>)> {
         let total = self.chunk_total()?;
-        let mut stmt = self
-            .store
-            .conn
-            .prepare_cached("SELECT doc FROM chunks_vocab WHERE term = ?1")?;
         let mut with_df = Vec::new();
         for term in &q.terms {
-            let df: i64 = stmt.query_row([term], |r| r.get(0)).unwrap_or(0);
+            let df = self.store.term_frequency(term)?;
             if df > 0 {
                 with_df.push((term, df as f64));
             }
@@ -728,8 +734,15 @@ impl Searcher {
     fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
         let fts_query = QueryTerms::fts_match(terms.iter().copied());
         let (ws, wp, wb) = BM25_WEIGHTS;
+        // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
+        // skips reading the length of rows that cannot make the top `depth`.
+        let rank = if self.stock_bm25.load(std::sync::atomic::Ordering::Relaxed) {
+            "bm25(chunks_fts"
+        } else {
+            "ken_bm25(chunks_fts, ?2"
+        };
         let mut ranked_stmt = self.store.conn.prepare_cached(&format!(
-            "SELECT rowid, bm25(chunks_fts, {ws}, {wp}, {wb}) AS s FROM chunks_fts
+            "SELECT rowid, {rank}, {ws}, {wp}, {wb}) AS s FROM chunks_fts
              WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
         ))?;
         let (filter_sql, mut params) = self.filters(req);

@@ -380,6 +380,49 @@ impl Store {
             .execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')", [])?;
         Ok(())
     }
+
+    /// Stores the document frequency of every term in at least 1% of the
+    /// `chunks` chunks (and 100). FTS5 counts a term's chunks by walking its
+    /// whole posting list, ~1 ms per 30k chunks, on every query that has it;
+    /// search reads these instead (see [`Store::term_frequency`]).
+    pub fn store_common_term_frequencies(&self, chunks: i64) -> Result<()> {
+        let tx = self.conn.unchecked_transaction()?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS common_terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+             DELETE FROM common_terms;",
+        )?;
+        tx.execute(
+            "INSERT INTO common_terms (term, df) SELECT term, doc FROM chunks_vocab WHERE doc >= ?1",
+            [(chunks / 100).max(100)],
+        )?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('common_terms_chunks', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [chunks.to_string()],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The chunk count when the common terms' frequencies were stored.
+    pub fn common_terms_stored_at(&self) -> Result<Option<i64>> {
+        Ok(self.meta("common_terms_chunks")?.and_then(|v| v.parse().ok()))
+    }
+
+    /// How many chunks hold `term`: the stored count for a common term, else
+    /// FTS5's (cheap for the others, their posting lists are short). 0: absent.
+    pub fn term_frequency(&self, term: &str) -> Result<i64> {
+        // An index written before these counts existed has no table: FTS5 counts.
+        if let Ok(mut stored) = self.conn.prepare_cached("SELECT df FROM common_terms WHERE term = ?1") {
+            if let Some(df) = stored.query_row([term], |r| r.get(0)).optional()? {
+                return Ok(df);
+            }
+        }
+        let mut counted = self
+            .conn
+            .prepare_cached("SELECT doc FROM chunks_vocab WHERE term = ?1")?;
+        Ok(counted.query_row([term], |r| r.get(0)).optional()?.unwrap_or(0))
+    }
 }
 
 /// Who holds the writer lock of the index in `dir` ("process 123"), if anyone.

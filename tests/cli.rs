@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 
 #[test]
@@ -343,6 +344,66 @@ fn a_stale_chunk_total_does_not_turn_common_words_into_matches() {
     let hits = search(root, "token17marker", 10);
     assert_eq!(hits.len(), 1, "only the chunk with the rare term: {hits:?}");
     assert_eq!(hits[0]["path"], "pkg/mod_17.py");
+}
+
+#[test]
+fn common_term_counts_are_stored_kept_current_and_optional() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let module = |i: usize| {
+        format!(
+            "def handler_{i}(request):\n    \"\"\"Shared helper {i}.\"\"\"\n    return request.shared_value + {i}\n"
+        )
+    };
+    for i in 0..150 {
+        write(root, &format!("pkg/mod_{i}.py"), &module(i));
+    }
+    write(
+        root,
+        "pkg/special.py",
+        "def special_case(request):\n    return request.shared_value * 2\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let db = root.join(".ken/index.db");
+    let counts = || {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let stored: Option<i64> = conn
+            .query_row("SELECT df FROM common_terms WHERE term = 'share'", [], |r| r.get(0))
+            .optional()
+            .unwrap();
+        let counted: i64 = conn
+            .query_row("SELECT doc FROM chunks_vocab WHERE term = 'share'", [], |r| r.get(0))
+            .unwrap();
+        (stored, counted)
+    };
+    let (stored, counted) = counts();
+    assert!(counted >= 151, "every chunk has the word: {counted}");
+    assert_eq!(
+        stored,
+        Some(counted),
+        "the common term's count is stored as FTS5 counts it"
+    );
+
+    let query = "special shared value";
+    let with_counts = search(root, query, 10);
+    assert_eq!(with_counts[0]["path"], "pkg/special.py");
+    // An index written before the counts were stored answers the same.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("DROP TABLE common_terms; DELETE FROM meta WHERE key = 'common_terms_chunks';")
+            .unwrap();
+    }
+    assert_eq!(search(root, query, 10), with_counts);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    assert_eq!(counts().0, Some(counted), "the next run stores them again");
+
+    for i in 150..200 {
+        write(root, &format!("pkg/mod_{i}.py"), &module(i));
+    }
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let (stored, counted) = counts();
+    assert!(counted >= 201);
+    assert_eq!(stored, Some(counted), "a run that changed files recounts");
 }
 
 #[test]

@@ -1,0 +1,309 @@
+//! `ken_bm25`: FTS5's `bm25()` for a query that keeps only its best `k` rows.
+//!
+//! FTS5 scores every matching row, and most of that cost is reading each
+//! row's length (its `docsize` record). This function computes the same score
+//! (same formula, same operations, so equal to the last bit) but first bounds
+//! it from the row's term frequencies alone: the score can only fall as the
+//! row gets longer, so a row whose bound is below the `k`-th best score seen
+//! so far cannot enter the top `k`, and its length is never read. Such rows
+//! get 0, which sorts after every real score. The first `k` rows of
+//! `ORDER BY ken_bm25(...) LIMIT k` are therefore exactly those of `bm25()`.
+//!
+//! SQL: `ken_bm25(fts_table, k, weight_col0, weight_col1, ...)`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr;
+
+use anyhow::{bail, Result};
+use rusqlite::ffi;
+use rusqlite::Connection;
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+const NAME: &CStr = c"ken_bm25";
+
+/// Registers `ken_bm25` on this connection.
+pub fn register(conn: &Connection) -> Result<()> {
+    // SAFETY: the handle stays valid while `conn` lives; the statement is
+    // finalized before returning, and `api` is written by SQLite during step.
+    unsafe {
+        let db = conn.handle();
+        let mut api: *mut ffi::fts5_api = ptr::null_mut();
+        let mut stmt: *mut ffi::sqlite3_stmt = ptr::null_mut();
+        if ffi::sqlite3_prepare_v2(db, c"SELECT fts5(?1)".as_ptr(), -1, &mut stmt, ptr::null_mut()) != ffi::SQLITE_OK {
+            bail!("this SQLite has no FTS5");
+        }
+        ffi::sqlite3_bind_pointer(
+            stmt,
+            1,
+            (&mut api as *mut *mut ffi::fts5_api).cast(),
+            c"fts5_api_ptr".as_ptr(),
+            None,
+        );
+        ffi::sqlite3_step(stmt);
+        ffi::sqlite3_finalize(stmt);
+        let Some(create) = api.as_ref().and_then(|a| a.xCreateFunction) else {
+            bail!("this SQLite's FTS5 takes no ranking functions");
+        };
+        if create(api, NAME.as_ptr(), ptr::null_mut(), Some(ken_bm25), None) != ffi::SQLITE_OK {
+            bail!("cannot register the ranking function {NAME:?}");
+        }
+    }
+    Ok(())
+}
+
+/// What one query's rows share: IDF per phrase, average row length, column
+/// weights, and the best `k` scores so far.
+struct QueryState {
+    idf: Vec<f64>,
+    avgdl: f64,
+    weights: Vec<f64>,
+    k: usize,
+    best: BinaryHeap<Reverse<Score>>,
+    freq: Vec<f64>,
+}
+
+/// An `f64` score ordered totally (scores are finite and non-negative).
+#[derive(PartialEq, Clone, Copy)]
+struct Score(f64);
+impl Eq for Score {}
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl QueryState {
+    /// The `k`-th best score so far, once `k` rows have been scored.
+    fn threshold(&self) -> Option<f64> {
+        (self.best.len() >= self.k).then(|| self.best.peek().map_or(0.0, |s| s.0 .0))
+    }
+
+    fn keep(&mut self, score: f64) {
+        if self.k == 0 {
+            return;
+        }
+        if self.best.len() < self.k {
+            self.best.push(Reverse(Score(score)));
+        } else if self.best.peek().is_some_and(|s| score > s.0 .0) {
+            self.best.pop();
+            self.best.push(Reverse(Score(score)));
+        }
+    }
+
+    /// The row's score given its length in tokens (FTS5's bm25 formula).
+    fn score(&self, length: f64) -> f64 {
+        let mut score = 0.0;
+        for (idf, &f) in self.idf.iter().zip(&self.freq) {
+            score += idf * ((f * (K1 + 1.0)) / (f + K1 * (1.0 - B + B * length / self.avgdl)));
+        }
+        score
+    }
+}
+
+unsafe extern "C" fn drop_state(p: *mut c_void) {
+    drop(Box::from_raw(p.cast::<QueryState>()));
+}
+
+unsafe extern "C" fn count_hit(_: *const ffi::Fts5ExtensionApi, _: *mut ffi::Fts5Context, n: *mut c_void) -> c_int {
+    *n.cast::<i64>() += 1;
+    ffi::SQLITE_OK
+}
+
+/// Reads the query's statistics the way FTS5's bm25 does.
+unsafe fn new_state(
+    api: &ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    args: &[*mut ffi::sqlite3_value],
+) -> Result<QueryState, c_int> {
+    let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(rc) };
+    let (Some(row_count), Some(total_size), Some(phrase_count), Some(query_phrase)) =
+        (api.xRowCount, api.xColumnTotalSize, api.xPhraseCount, api.xQueryPhrase)
+    else {
+        return Err(ffi::SQLITE_MISUSE);
+    };
+    let (mut rows, mut tokens) = (0i64, 0i64);
+    check(row_count(fts, &mut rows))?;
+    check(total_size(fts, -1, &mut tokens))?;
+    let avgdl = tokens as f64 / rows as f64;
+    let phrases = phrase_count(fts).max(0) as usize;
+    let mut idf = Vec::with_capacity(phrases);
+    for i in 0..phrases {
+        let mut hits = 0i64;
+        check(query_phrase(
+            fts,
+            i as c_int,
+            (&mut hits as *mut i64).cast(),
+            Some(count_hit),
+        ))?;
+        let value = (((rows - hits) as f64 + 0.5) / (hits as f64 + 0.5)).ln();
+        idf.push(if value <= 0.0 { 1e-6 } else { value });
+    }
+    let k = args.first().map_or(0, |&v| ffi::sqlite3_value_int64(v).max(0) as usize);
+    let weights = args.iter().skip(1).map(|&v| ffi::sqlite3_value_double(v)).collect();
+    Ok(QueryState {
+        idf,
+        avgdl,
+        weights,
+        k,
+        best: BinaryHeap::with_capacity(k + 1),
+        freq: vec![0.0; phrases],
+    })
+}
+
+unsafe fn score_row(
+    api: &ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    args: &[*mut ffi::sqlite3_value],
+) -> Result<f64, c_int> {
+    let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(rc) };
+    let (Some(get_aux), Some(set_aux), Some(phrase_first), Some(phrase_next), Some(column_size)) = (
+        api.xGetAuxdata,
+        api.xSetAuxdata,
+        api.xPhraseFirst,
+        api.xPhraseNext,
+        api.xColumnSize,
+    ) else {
+        return Err(ffi::SQLITE_MISUSE);
+    };
+    let mut state = get_aux(fts, 0).cast::<QueryState>();
+    if state.is_null() {
+        let boxed = Box::into_raw(Box::new(new_state(api, fts, args)?));
+        check(set_aux(fts, boxed.cast(), Some(drop_state)))?;
+        state = boxed;
+    }
+    let state = &mut *state;
+    // Each phrase's own position list: cheaper than the merged instance list.
+    for phrase in 0..state.freq.len() {
+        let mut iter = ffi::Fts5PhraseIter {
+            a: ptr::null(),
+            b: ptr::null(),
+        };
+        let (mut column, mut offset) = (0, 0);
+        let mut f = 0.0;
+        check(phrase_first(fts, phrase as c_int, &mut iter, &mut column, &mut offset))?;
+        while column >= 0 {
+            f += state.weights.get(column as usize).copied().unwrap_or(1.0);
+            phrase_next(fts, &mut iter, &mut column, &mut offset);
+        }
+        state.freq[phrase] = f;
+    }
+    // A row of length 0 scores highest: the bound for any length.
+    if state.threshold().is_some_and(|t| state.score(0.0) < t) {
+        return Ok(0.0);
+    }
+    let mut length = 0;
+    check(column_size(fts, -1, &mut length))?;
+    let score = state.score(length as f64);
+    state.keep(score);
+    Ok(score)
+}
+
+unsafe extern "C" fn ken_bm25(
+    api: *const ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
+    n: c_int,
+    values: *mut *mut ffi::sqlite3_value,
+) {
+    let args: &[*mut ffi::sqlite3_value] = if values.is_null() || n <= 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(values, n as usize)
+    };
+    match score_row(&*api, fts, args) {
+        Ok(score) => ffi::sqlite3_result_double(ctx, -score),
+        Err(rc) => ffi::sqlite3_result_error_code(ctx, rc),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of varied lengths and term frequencies over a small vocabulary, so
+    /// many rows tie on some terms and differ in length.
+    fn table() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE VIRTUAL TABLE t USING fts5(symbol, path, body, content = '', contentless_delete = 1);",
+        )
+        .unwrap();
+        let words = [
+            "parse", "config", "value", "render", "batch", "store", "session", "token", "read", "write",
+        ];
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        for id in 1..=3000i64 {
+            let pick = |n: usize, next: &mut dyn FnMut() -> usize| {
+                (0..n)
+                    .map(|_| words[next() % words.len()])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let symbol = pick(1 + next() % 2, &mut next);
+            let path = pick(2, &mut next);
+            let body = pick(3 + next() % 60, &mut next);
+            conn.execute(
+                "INSERT INTO t(rowid, symbol, path, body) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![id, symbol, path, body],
+            )
+            .unwrap();
+        }
+        // Deleted rows must not count, as in bm25().
+        conn.execute("DELETE FROM t WHERE rowid % 10 = 0", []).unwrap();
+        register(&conn).unwrap();
+        conn
+    }
+
+    fn top(conn: &Connection, function: &str, query: &str, k: i64) -> Vec<(i64, f64)> {
+        let sql = format!("SELECT rowid, {function} AS s FROM t WHERE t MATCH ?1 ORDER BY s, rowid LIMIT ?2");
+        let mut stmt = conn.prepare_cached(&sql).unwrap();
+        let rows = stmt
+            .query_map(rusqlite::params![query, k], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap();
+        rows
+    }
+
+    #[test]
+    fn the_top_k_equals_fts5_bm25_to_the_last_bit() {
+        let conn = table();
+        let queries = [
+            "parse",
+            "parse OR config",
+            "render OR batch OR store",
+            "token OR read OR write OR session",
+            "value",
+        ];
+        for query in queries {
+            for k in [1, 5, 50, 400] {
+                let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, k);
+                let ours = top(&conn, "ken_bm25(t, ?2, 6.0, 2.0, 1.0)", query, k);
+                assert_eq!(ours.len(), k as usize, "{query} k={k}");
+                assert_eq!(ours, expected, "{query} k={k}");
+            }
+        }
+    }
+
+    #[test]
+    fn rows_that_cannot_make_the_top_k_score_zero_after_every_real_score() {
+        let conn = table();
+        let all = top(&conn, "ken_bm25(t, 20, 6.0, 2.0, 1.0)", "parse OR render", 100_000);
+        let real = all.iter().take_while(|(_, s)| *s < 0.0).count();
+        assert!(real >= 20, "at least k rows carry their real score");
+        assert!(real < all.len(), "some rows were skipped: {real} of {}", all.len());
+        assert!(all[real..].iter().all(|(_, s)| *s == 0.0));
+    }
+}
