@@ -30,6 +30,11 @@ const MAX_LEXICAL_DEPTH: usize = 20_000;
 /// Terms in more than this share of chunks are left out of the lexical
 /// match when rarer terms remain (they cost the most and rank the least).
 const COMMON_TERM_SHARE: f64 = 0.05;
+/// Commoner terms join the match while the rows it visits stay under this,
+const MATCH_ROW_BUDGET: f64 = 10_000.0;
+/// unless they are in more than this share of chunks (words like `return`:
+/// they would match everything and rank nothing).
+const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
 
 /// A search request. Filters apply before ranking.
 #[derive(Debug, Clone)]
@@ -663,8 +668,9 @@ impl Searcher {
 
     /// Splits the query's terms (those present in the index) into the ones
     /// candidates are matched on and the very common ones, which are left out
-    /// of the match when rarer terms exist (they cost the most and rank the
-    /// least) and scored on the candidates instead, with their document frequency.
+    /// of the match when rarer terms exist and the match would visit more
+    /// than [`MATCH_ROW_BUDGET`] rows (they cost the most and rank the least);
+    /// those are scored on the candidates instead, with their document frequency.
     fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, CommonTerms<'q>)> {
         let total = self.chunk_total()?;
         let mut with_df = Vec::new();
@@ -677,11 +683,21 @@ impl Searcher {
         // The stored total is written at the end of an index run; chunks
         // committed since can make a term's frequency exceed it.
         let total = with_df.iter().map(|(_, df)| *df).fold(total, f64::max);
-        let rare: Vec<&String> = with_df
-            .iter()
-            .filter(|(_, df)| *df <= total * COMMON_TERM_SHARE)
-            .map(|(t, _)| *t)
-            .collect();
+        // Rare terms are always matched; commoner ones too, rarest first,
+        // while the rows to score stay within budget: a chunk that has only
+        // the moderately common words of a query must still be found.
+        let mut by_df: Vec<&(&String, f64)> = with_df.iter().collect();
+        by_df.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut rows = 0.0;
+        let mut rare: Vec<&String> = Vec::new();
+        for (term, df) in by_df {
+            let within_budget = *df <= total * MATCHED_TERM_MAX_SHARE && rows + df <= MATCH_ROW_BUDGET;
+            if *df <= total * COMMON_TERM_SHARE || within_budget {
+                rare.push(term);
+                rows += df;
+            }
+        }
+        let rare: Vec<&String> = with_df.iter().map(|(t, _)| *t).filter(|t| rare.contains(t)).collect();
         if rare.is_empty() {
             let all = with_df.into_iter().map(|(t, _)| t).collect();
             return Ok((

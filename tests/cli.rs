@@ -347,6 +347,40 @@ fn a_stale_chunk_total_does_not_turn_common_words_into_matches() {
 }
 
 #[test]
+fn a_chunk_with_only_the_commoner_words_of_a_query_is_still_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // "cache" and "evict" are each in 10% of the chunks, "quota" in one.
+    for i in 0..40 {
+        let words = match i % 10 {
+            0 => "cache",
+            1 => "evict",
+            _ => "other",
+        };
+        write(
+            root,
+            &format!("pkg/mod_{i}.py"),
+            &format!("def function_{i}(x):\n    return x.{words}_{i}\n"),
+        );
+    }
+    write(root, "pkg/quota.py", "def check_quota(user):\n    return user.quota\n");
+    write(
+        root,
+        "pkg/lru.py",
+        "def lru_cache_evict(entries):\n    return entries.pop()\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "cache evict quota", 5);
+    let paths: Vec<&str> = hits.iter().filter_map(|h| h["path"].as_str()).collect();
+    assert_eq!(
+        paths.first(),
+        Some(&"pkg/lru.py"),
+        "the chunk with both common words first: {paths:?}"
+    );
+    assert!(paths.contains(&"pkg/quota.py"), "{paths:?}");
+}
+
+#[test]
 fn common_term_counts_are_stored_kept_current_and_optional() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
