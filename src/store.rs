@@ -231,15 +231,25 @@ impl Store {
                 remove_db_files(&db)?;
             }
         }
-        let conn = Connection::open(&db).with_context(|| format!("cannot create {}", db.display()))?;
+        // Built under another name in one transaction and renamed into place:
+        // a process killed meanwhile leaves no half-made index for readers.
+        let draft = dir.join(format!("{DB_FILE}.creating"));
+        remove_db_files(&draft)?;
+        {
+            let mut conn = Connection::open(&draft).with_context(|| format!("cannot create {}", draft.display()))?;
+            let tx = conn.transaction()?;
+            tx.execute_batch(SCHEMA).context("creating the index schema")?;
+            tx.execute_batch(crate::graph::SCHEMA)
+                .context("creating the graph schema")?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
+                params![SCHEMA_VERSION.to_string(), now_rfc3339()],
+            )?;
+            tx.commit()?;
+        }
+        fs::rename(&draft, &db).with_context(|| format!("cannot create {}", db.display()))?;
+        let conn = Connection::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
         configure(&conn)?;
-        conn.execute_batch(SCHEMA).context("creating the index schema")?;
-        conn.execute_batch(crate::graph::SCHEMA)
-            .context("creating the graph schema")?;
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
-            params![SCHEMA_VERSION.to_string(), now_rfc3339()],
-        )?;
         Ok(Store {
             conn,
             dir: dir.to_path_buf(),
@@ -501,7 +511,7 @@ fn configure(conn: &Connection) -> Result<()> {
 }
 
 fn remove_db_files(db: &Path) -> Result<()> {
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut p = db.as_os_str().to_owned();
         p.push(suffix);
         let p = PathBuf::from(p);

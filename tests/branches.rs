@@ -172,7 +172,13 @@ fn a_kill_during_indexing_or_embedding_loses_no_committed_work() {
         }
         // The index opens and is consistent (maybe stale or partly embedded).
         let health = ken(root, &["health", "--json"]);
-        let report: Value = serde_json::from_slice(&health.stdout).unwrap();
+        let report: Value = serde_json::from_slice(&health.stdout).unwrap_or_else(|e| {
+            panic!(
+                "after a kill at {kill_after_ms} ms `ken health --json` printed no report ({e}): {}{}",
+                String::from_utf8_lossy(&health.stdout),
+                String::from_utf8_lossy(&health.stderr)
+            )
+        });
         assert!(
             report["findings"]
                 .as_array()
