@@ -61,29 +61,23 @@ struct QueryState {
     avgdl: f64,
     weights: Vec<f64>,
     k: usize,
-    best: BinaryHeap<Reverse<Score>>,
+    best: BinaryHeap<Reverse<u64>>,
     freq: Vec<f64>,
 }
 
-/// An `f64` score ordered totally (scores are finite and non-negative).
-#[derive(PartialEq, Clone, Copy)]
-struct Score(f64);
-impl Eq for Score {}
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+/// SQLite's result code as a `Result`.
+fn check(rc: c_int) -> Result<(), c_int> {
+    if rc == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rc)
     }
 }
 
 impl QueryState {
     /// The `k`-th best score so far, once `k` rows have been scored.
     fn threshold(&self) -> Option<f64> {
-        (self.best.len() >= self.k).then(|| self.best.peek().map_or(0.0, |s| s.0 .0))
+        (self.best.len() >= self.k).then(|| self.best.peek().map_or(0.0, |s| f64::from_bits(s.0)))
     }
 
     fn keep(&mut self, score: f64) {
@@ -91,10 +85,10 @@ impl QueryState {
             return;
         }
         if self.best.len() < self.k {
-            self.best.push(Reverse(Score(score)));
-        } else if self.best.peek().is_some_and(|s| score > s.0 .0) {
+            self.best.push(Reverse(score.to_bits()));
+        } else if self.best.peek().is_some_and(|s| score > f64::from_bits(s.0)) {
             self.best.pop();
-            self.best.push(Reverse(Score(score)));
+            self.best.push(Reverse(score.to_bits()));
         }
     }
 
@@ -123,7 +117,6 @@ unsafe fn new_state(
     fts: *mut ffi::Fts5Context,
     args: &[*mut ffi::sqlite3_value],
 ) -> Result<QueryState, c_int> {
-    let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(rc) };
     let (Some(row_count), Some(total_size), Some(phrase_count), Some(query_phrase)) =
         (api.xRowCount, api.xColumnTotalSize, api.xPhraseCount, api.xQueryPhrase)
     else {
@@ -163,7 +156,6 @@ unsafe fn score_row(
     fts: *mut ffi::Fts5Context,
     args: &[*mut ffi::sqlite3_value],
 ) -> Result<f64, c_int> {
-    let check = |rc: c_int| if rc == ffi::SQLITE_OK { Ok(()) } else { Err(rc) };
     let (Some(get_aux), Some(set_aux), Some(phrase_first), Some(phrase_next), Some(column_size)) = (
         api.xGetAuxdata,
         api.xSetAuxdata,

@@ -686,30 +686,23 @@ impl Searcher {
         // Rare terms are always matched; commoner ones too, rarest first,
         // while the rows to score stay within budget: a chunk that has only
         // the moderately common words of a query must still be found.
-        let mut by_df: Vec<&(&String, f64)> = with_df.iter().collect();
+        let mut by_df = with_df.clone();
         by_df.sort_by(|a, b| a.1.total_cmp(&b.1));
         let mut rows = 0.0;
-        let mut rare: Vec<&String> = Vec::new();
+        let mut chosen = Vec::new();
         for (term, df) in by_df {
-            let within_budget = *df <= total * MATCHED_TERM_MAX_SHARE && rows + df <= MATCH_ROW_BUDGET;
-            if *df <= total * COMMON_TERM_SHARE || within_budget {
-                rare.push(term);
+            let within_budget = df <= total * MATCHED_TERM_MAX_SHARE && rows + df <= MATCH_ROW_BUDGET;
+            if df <= total * COMMON_TERM_SHARE || within_budget {
+                chosen.push(term);
                 rows += df;
             }
         }
-        let rare: Vec<&String> = with_df.iter().map(|(t, _)| *t).filter(|t| rare.contains(t)).collect();
-        if rare.is_empty() {
-            let all = with_df.into_iter().map(|(t, _)| t).collect();
-            return Ok((
-                all,
-                CommonTerms {
-                    terms: Vec::new(),
-                    total,
-                },
-            ));
-        }
-        let terms = with_df.into_iter().filter(|(t, _)| !rare.contains(t)).collect();
-        Ok((rare, CommonTerms { terms, total }))
+        // Only very common words: match on them all rather than on nothing.
+        let (matched, common): (Vec<_>, Vec<_>) = with_df
+            .into_iter()
+            .partition(|(t, _)| chosen.is_empty() || chosen.contains(t));
+        let matched = matched.into_iter().map(|(t, _)| t).collect();
+        Ok((matched, CommonTerms { terms: common, total }))
     }
 
     fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
@@ -753,12 +746,12 @@ impl Searcher {
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
         // skips reading the length of rows that cannot make the top `depth`.
         let rank = if self.stock_bm25.load(std::sync::atomic::Ordering::Relaxed) {
-            "bm25(chunks_fts"
+            format!("bm25(chunks_fts, {ws}, {wp}, {wb})")
         } else {
-            "ken_bm25(chunks_fts, ?2"
+            format!("ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb})")
         };
         let mut ranked_stmt = self.store.conn.prepare_cached(&format!(
-            "SELECT rowid, {rank}, {ws}, {wp}, {wb}) AS s FROM chunks_fts
+            "SELECT rowid, {rank} AS s FROM chunks_fts
              WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
         ))?;
         let (filter_sql, mut params) = self.filters(req);

@@ -247,6 +247,8 @@ impl Store {
             )?;
             tx.commit()?;
         }
+        // A WAL left without its database must not be replayed into the new one.
+        remove_db_files(&db)?;
         fs::rename(&draft, &db).with_context(|| format!("cannot create {}", db.display()))?;
         let conn = Connection::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
         configure(&conn)?;
