@@ -187,9 +187,10 @@ struct SearchArgs {
     /// Only this chunk kind (function, method, class, struct, module, section...).
     #[arg(long, value_name = "KIND")]
     kind: Option<String>,
-    /// At most this many results from one file.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    max_per_file: usize,
+    /// At most this many results from one file (default: no hard limit; each
+    /// further result from a file already listed ranks a little lower).
+    #[arg(long, value_name = "N")]
+    max_per_file: Option<usize>,
     /// How candidates are found.
     #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
     mode: SearchMode,

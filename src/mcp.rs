@@ -912,7 +912,7 @@ impl KenServer {
             path_glob: args.path,
             language: args.language,
             kind: args.kind,
-            max_per_file: 3,
+            max_per_file: None,
             mode: args.mode.unwrap_or_default(),
         };
         let server = self.clone();

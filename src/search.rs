@@ -35,6 +35,11 @@ const MATCH_ROW_BUDGET: f64 = 10_000.0;
 /// unless they are in more than this share of chunks (words like `return`:
 /// they would match everything and rank nothing).
 const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
+/// Each hit already listed from a file scales the next one from it by this
+/// (see `diversify`): a soft per-file limit. Chosen on the public eval
+/// (BENCHMARKS.md): a hard limit of 3 per file cut chunk hits, a stronger
+/// decay traded them for file recall.
+const SAME_FILE_DECAY: f64 = 0.95;
 
 /// A search request. Filters apply before ranking.
 #[derive(Debug, Clone)]
@@ -46,7 +51,8 @@ pub struct SearchRequest {
     pub path_glob: Option<String>,
     pub language: Option<String>,
     pub kind: Option<String>,
-    pub max_per_file: usize,
+    /// A hard limit per file; without it `diversify`'s decay spreads results.
+    pub max_per_file: Option<usize>,
     pub mode: SearchMode,
 }
 
@@ -58,7 +64,7 @@ impl SearchRequest {
             path_glob: None,
             language: None,
             kind: None,
-            max_per_file: 3,
+            max_per_file: None,
             mode: SearchMode::default(),
         }
     }
@@ -417,7 +423,7 @@ impl Searcher {
             hit.score = candidates[&hit.chunk_id].similarity.map_or(0.0, f64::from);
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
-        let mut hits = diversify(hits, limit, 3);
+        let mut hits = diversify(hits, limit, None);
         self.load_contents(&mut hits)?;
         let q = QueryTerms::default();
         for hit in &mut hits {
@@ -608,7 +614,7 @@ impl Searcher {
                 .then_with(|| a.path.cmp(&b.path))
                 .then_with(|| a.start_line.cmp(&b.start_line))
         });
-        let mut hits = diversify(hits, req.limit, req.max_per_file.max(1));
+        let mut hits = diversify(hits, req.limit, req.max_per_file);
         if common.terms.is_empty() {
             self.load_contents(&mut hits)?;
         }
@@ -1122,25 +1128,49 @@ fn is_changelog_path(path: &str) -> bool {
 }
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
-/// file and any beyond `max_per_file` per file.
-fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: usize) -> Vec<SearchHit> {
+/// file and any beyond `max_per_file` per file. A hit competes at
+/// `SAME_FILE_DECAY` times its score per hit already kept from its file, so
+/// one file fills the list only when its chunks clearly beat the rest.
+fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) -> Vec<SearchHit> {
+    let max_per_file = max_per_file.unwrap_or(usize::MAX).max(1);
+    let mut pending: Vec<Option<SearchHit>> = hits.into_iter().map(Some).collect();
     let mut kept: Vec<SearchHit> = Vec::with_capacity(limit);
     let mut per_file: HashMap<String, usize> = HashMap::new();
-    for hit in hits {
-        if kept.len() >= limit {
-            break;
+    while kept.len() < limit {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            let Some(hit) = slot else { continue };
+            let count = per_file.get(&hit.path).copied().unwrap_or(0);
+            let overlaps = kept
+                .iter()
+                .any(|k| k.path == hit.path && k.start_line <= hit.end_line && hit.start_line <= k.end_line);
+            if overlaps || count >= max_per_file {
+                *slot = None;
+                continue;
+            }
+            let score = discounted(hit.score, count);
+            if best.is_none_or(|(_, b)| score > b) {
+                best = Some((i, score));
+            }
         }
-        let overlaps = kept
-            .iter()
-            .any(|k| k.path == hit.path && k.start_line <= hit.end_line && hit.start_line <= k.end_line);
-        let count = per_file.entry(hit.path.clone()).or_default();
-        if overlaps || *count >= max_per_file {
-            continue;
-        }
-        *count += 1;
+        let Some((i, score)) = best else { break };
+        let mut hit = pending[i].take().expect("chosen hit is pending");
+        hit.score = score;
+        *per_file.entry(hit.path.clone()).or_default() += 1;
         kept.push(hit);
     }
     kept
+}
+
+/// `score` lowered by `SAME_FILE_DECAY` once per earlier hit from the same
+/// file (also for negative scores, which the semantic side can give).
+fn discounted(score: f64, earlier: usize) -> f64 {
+    let factor = SAME_FILE_DECAY.powi(earlier.min(i32::MAX as usize) as i32);
+    if score >= 0.0 {
+        score * factor
+    } else {
+        score / factor
+    }
 }
 
 /// The `max_lines` consecutive lines of `content` that contain the most
@@ -1176,6 +1206,59 @@ pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn diversify_spreads_files_softly_and_keeps_hard_limits() {
+        let hit = |path: &str, start: u32, end: u32, score: f64| SearchHit {
+            path: path.into(),
+            start_line: start,
+            end_line: end,
+            score,
+            ..Default::default()
+        };
+        let order = |hits: &[SearchHit]| hits.iter().map(|h| (h.path.clone(), h.start_line)).collect::<Vec<_>>();
+        let hits = vec![
+            hit("a.rs", 1, 10, 1.00),
+            hit("a.rs", 5, 12, 0.99), // overlaps the first: dropped
+            hit("a.rs", 20, 30, 0.99),
+            hit("a.rs", 40, 50, 0.98),
+            hit("b.rs", 1, 10, 0.93),
+            hit("a.rs", 60, 70, 0.80),
+        ];
+        let kept = diversify(hits.clone(), 10, None);
+        // a.rs:20 (0.99 x 0.95 = 0.94) still beats b.rs; a.rs:40 (0.98 x
+        // 0.95^2 = 0.88) no longer does.
+        assert_eq!(
+            order(&kept),
+            [
+                ("a.rs".into(), 1),
+                ("a.rs".into(), 20),
+                ("b.rs".into(), 1),
+                ("a.rs".into(), 40),
+                ("a.rs".into(), 60)
+            ]
+        );
+        assert!(
+            kept.windows(2).all(|w| w[0].score >= w[1].score),
+            "scores fall with rank"
+        );
+        assert_eq!(
+            order(&diversify(hits.clone(), 10, Some(2))),
+            [("a.rs".into(), 1), ("a.rs".into(), 20), ("b.rs".into(), 1)]
+        );
+        assert_eq!(diversify(hits.clone(), 2, None).len(), 2);
+        // Negative scores (semantic side) are lowered too, not raised.
+        let negative = diversify(
+            vec![
+                hit("a.rs", 1, 2, -0.10),
+                hit("a.rs", 5, 6, -0.11),
+                hit("b.rs", 1, 2, -0.112),
+            ],
+            3,
+            None,
+        );
+        assert_eq!(order(&negative)[1], ("b.rs".into(), 1));
+    }
 
     #[test]
     fn path_globs_and_prefixes() {
