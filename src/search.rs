@@ -951,10 +951,12 @@ fn fuse(
                 .values()
                 .filter_map(|c| c.similarity.map(f64::from))
                 .collect();
-            let (low, high) = similarities
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-            let normalise = |s: f64| (s - low) / (high - low).max(1e-9);
+            // The vector side is scaled by the spread of the candidates'
+            // similarities: mean ± 3 standard deviations map to 0..1
+            // (distribution-based score fusion). Min-max let the one most or
+            // least similar candidate set the scale for all the others.
+            let (low, high) = three_sigma_range(&similarities);
+            let normalise = |s: f64| ((s - low) / (high - low).max(1e-9)).clamp(0.0, 1.0);
             // A chunk not embedded yet (just edited, or embedding still in
             // progress) is scored as an average chunk on the vector side,
             // not as the least similar one.
@@ -1000,6 +1002,14 @@ fn fuse(
                 .collect()
         }
     }
+}
+
+/// `mean - 3σ, mean + 3σ` of `scores` (population σ).
+fn three_sigma_range(scores: &[f64]) -> (f64, f64) {
+    let n = scores.len().max(1) as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    let sigma = (scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n).sqrt();
+    (mean - 3.0 * sigma, mean + 3.0 * sigma)
 }
 
 /// Adds to each candidate the BM25 share of the common terms that were left
@@ -1300,6 +1310,31 @@ mod tests {
             let err = Fusion::from_vars(vars(bad)).unwrap_err().to_string();
             assert!(err.contains("KEN_"), "{err}");
         }
+    }
+
+    #[test]
+    fn one_far_vector_outlier_does_not_flatten_the_other_similarities() {
+        let candidate = |bm25: f64, similarity: f32| Candidate {
+            bm25,
+            similarity: Some(similarity),
+            ..Candidate::default()
+        };
+        let mut candidates: HashMap<i64, Candidate> = (0..100)
+            .map(|i| (100 + i, candidate(1.0, 0.30 + 0.01 * (i % 10) as f32)))
+            .collect();
+        candidates.insert(1, candidate(10.0, 0.32)); // best lexically, average semantically
+        candidates.insert(2, candidate(8.5, 0.40)); // a little less lexically, the most similar of the rest
+        candidates.insert(3, candidate(0.0, 0.95)); // the vector side's one far outlier
+        let scores = fuse(&candidates, SearchMode::Hybrid, true, Fusion::default());
+        // With min-max scaling the outlier would shrink 2's lead in similarity to
+        // 0.08 / 0.65 of the scale and 1 would win; within the bulk's spread it counts.
+        assert!(scores[&2] > scores[&1], "{} vs {}", scores[&2], scores[&1]);
+        assert!(
+            scores[&3] <= 0.5 + 1e-9,
+            "a vector-only candidate scores at most the semantic half"
+        );
+        let (low, high) = three_sigma_range(&[1.0, 2.0, 3.0]);
+        assert!((low - (2.0 - 3.0 * (2.0f64 / 3.0).sqrt())).abs() < 1e-12 && (high + low - 4.0).abs() < 1e-12);
     }
 
     #[test]
