@@ -1143,30 +1143,41 @@ fn is_changelog_path(path: &str) -> bool {
 /// one file fills the list only when its chunks clearly beat the rest.
 fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) -> Vec<SearchHit> {
     let max_per_file = max_per_file.unwrap_or(usize::MAX).max(1);
+    let mut file_numbers: HashMap<&str, usize> = HashMap::new();
+    let file_of: Vec<usize> = hits
+        .iter()
+        .map(|h| {
+            let next = file_numbers.len();
+            *file_numbers.entry(h.path.as_str()).or_insert(next)
+        })
+        .collect();
+    let mut kept_per_file = vec![0usize; file_numbers.len()];
     let mut pending: Vec<Option<SearchHit>> = hits.into_iter().map(Some).collect();
     let mut kept: Vec<SearchHit> = Vec::with_capacity(limit);
-    let mut per_file: HashMap<String, usize> = HashMap::new();
     while kept.len() < limit {
-        let mut best: Option<(usize, f64)> = None;
-        for (i, slot) in pending.iter_mut().enumerate() {
-            let Some(hit) = slot else { continue };
-            let count = per_file.get(&hit.path).copied().unwrap_or(0);
-            let overlaps = kept
-                .iter()
-                .any(|k| k.path == hit.path && k.start_line <= hit.end_line && hit.start_line <= k.end_line);
-            if overlaps || count >= max_per_file {
-                *slot = None;
-                continue;
-            }
-            let score = discounted(hit.score, count);
-            if best.is_none_or(|(_, b)| score > b) {
-                best = Some((i, score));
-            }
-        }
+        // The best discounted score; the earlier hit on a tie.
+        let best = pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| Some((i, discounted(slot.as_ref()?.score, kept_per_file[file_of[i]]))))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         let Some((i, score)) = best else { break };
         let mut hit = pending[i].take().expect("chosen hit is pending");
         hit.score = score;
-        *per_file.entry(hit.path.clone()).or_default() += 1;
+        let file = file_of[i];
+        kept_per_file[file] += 1;
+        // Drop what this hit rules out: chunks of its file that overlap it,
+        // or all the rest of its file once the file is full.
+        let full = kept_per_file[file] >= max_per_file;
+        for (slot, &slot_file) in pending.iter_mut().zip(&file_of) {
+            let ruled_out = slot_file == file
+                && slot
+                    .as_ref()
+                    .is_some_and(|p| full || (p.start_line <= hit.end_line && hit.start_line <= p.end_line));
+            if ruled_out {
+                *slot = None;
+            }
+        }
         kept.push(hit);
     }
     kept
