@@ -88,6 +88,9 @@ pub struct SearchArgs {
     /// Only this chunk kind (function, method, class, struct, module, section...).
     #[serde(default)]
     pub kind: Option<String>,
+    /// At most this many results from one file (1 lists files); by default a file's further results rank a little lower.
+    #[serde(default)]
+    pub max_per_file: Option<usize>,
     /// Pack the best results into about this many tokens of code instead of a fixed count.
     #[serde(default)]
     pub token_budget: Option<usize>,
@@ -912,7 +915,7 @@ impl KenServer {
             path_glob: args.path,
             language: args.language,
             kind: args.kind,
-            max_per_file: None,
+            max_per_file: args.max_per_file,
             mode: args.mode.unwrap_or_default(),
         };
         let server = self.clone();

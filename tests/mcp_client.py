@@ -98,7 +98,14 @@ async def main():
             check(all(r["language"] == "rust" for r in out["results"]), "language filter")
             check(len(out["results"]) >= 1, "a budget still returns the best result")
 
-            # Bad arguments: an error, never a dead server.
+            # One result per file: the files, not every chunk of the best one.
+            everything = structured(await session.call_tool("codebase_peek", {"query": "config", "mode": "lexical", "limit": 20}))
+            per_file = structured(await session.call_tool("codebase_peek", {"query": "config", "mode": "lexical", "limit": 20, "max_per_file": 1}))
+            all_paths = [r["path"] for r in everything["results"]]
+            paths = [r["path"] for r in per_file["results"]]
+            check(len(all_paths) > len(set(all_paths)), f"some file has several config chunks: {all_paths}")
+            check(paths == list(dict.fromkeys(all_paths)), f"max_per_file 1 keeps each file's best: {paths} of {all_paths}")
+
             # Bad arguments: an error naming the argument, never a dead server.
             bad_calls = [
                 ("codebase_search", {}, "query"),
