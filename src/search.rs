@@ -1186,7 +1186,7 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
 /// `score` lowered by `SAME_FILE_DECAY` once per earlier hit from the same
 /// file (also for negative scores, which the semantic side can give).
 fn discounted(score: f64, earlier: usize) -> f64 {
-    let factor = SAME_FILE_DECAY.powi(earlier.min(i32::MAX as usize) as i32);
+    let factor = SAME_FILE_DECAY.powi(i32::try_from(earlier).unwrap_or(i32::MAX));
     if score >= 0.0 {
         score * factor
     } else {
