@@ -390,14 +390,19 @@ pub fn embed(
 ) -> Result<EmbedBench> {
     let searcher = Searcher::open(root, index_dir)?;
     let mut stmt = searcher.store().conn.prepare(
-        "SELECT c.context, t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash
+        "SELECT c.context, t.text, c.symbol FROM chunks c JOIN contents t ON t.hash = c.content_hash
          GROUP BY t.hash ORDER BY t.hash LIMIT ?1",
     )?;
     let texts: Vec<String> = stmt
         .query_map([chunks as i64], |r| {
             let context: Option<String> = r.get(0)?;
             let text: String = r.get(1)?;
-            Ok(crate::semantic::embedding_text(context.as_deref(), &text))
+            let symbol: Option<String> = r.get(2)?;
+            Ok(crate::semantic::embedding_text(
+                context.as_deref(),
+                symbol.as_deref(),
+                &text,
+            ))
         })?
         .collect::<rusqlite::Result<_>>()?;
     crate::model::fetch(&crate::model::MINILM)?;

@@ -3,7 +3,7 @@
 //! The built-in default runs all-MiniLM-L6-v2 in-process with candle (pure
 //! Rust, CPU, no runtime to install). Vectors are stored once per distinct
 //! chunk content and embedder id, so the id names everything that changes a
-//! vector: the model and the token budget.
+//! vector: the model, the token budget and the chunk text recipe.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -89,7 +89,7 @@ impl LocalBert {
             ..Default::default()
         }));
         let local = LocalBert {
-            id: format!("{}/{max_tokens}", spec.name),
+            id: format!("{}/{max_tokens}/text{}", spec.name, crate::semantic::CHUNK_TEXT_VERSION),
             dir: dir.to_path_buf(),
             config,
             batch_pass: OnceLock::new(),

@@ -77,6 +77,27 @@ pub fn split_identifier(word: &str) -> Vec<&str> {
     parts
 }
 
+/// `text` with its camelCase and snake_case identifiers written as words, cut
+/// where [`split_identifier`] cuts (`parseHTTPConfig` → `parse HTTP Config`,
+/// `sha256` → `sha 256`), the rest kept as is.
+pub fn spaced_identifiers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    let mut last = 0;
+    for_each_word(text, |word| {
+        let start = word.as_ptr() as usize - text.as_ptr() as usize;
+        out.push_str(&text[last..start]);
+        let parts = split_identifier(word);
+        if parts.len() > 1 {
+            out.push_str(&parts.join(" "));
+        } else {
+            out.push_str(word);
+        }
+        last = start + word.len();
+    });
+    out.push_str(&text[last..]);
+    out
+}
+
 /// Lowercased identifier with separators removed: the form in which
 /// `parse_config`, `parseConfig` and `ParseConfig` are equal.
 pub fn joined_key(word: &str) -> String {
@@ -204,6 +225,19 @@ mod tests {
         let mut s = String::new();
         index_terms(text, &mut s);
         s.split(' ').filter(|t| !t.is_empty()).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn identifiers_are_spelled_out_as_words() {
+        assert_eq!(
+            spaced_identifiers("pub fn setRespondedURI(max_size: u8) -> HTTPError {"),
+            "pub fn set Responded URI(max size: u 8) -> HTTP Error {"
+        );
+        assert_eq!(spaced_identifiers("Add, Del, SetCookie"), "Add, Del, Set Cookie");
+        assert_eq!(
+            spaced_identifiers("plain words, ünïcode_näme"),
+            "plain words, ünïcode näme"
+        );
     }
 
     #[test]

@@ -110,9 +110,10 @@ impl HttpEmbedder {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Ollama => "ollama",
         };
+        let text = crate::semantic::CHUNK_TEXT_VERSION;
         let id = match config.dimensions {
-            Some(d) => format!("{kind}:{}@{d}", config.model),
-            None => format!("{kind}:{}", config.model),
+            Some(d) => format!("{kind}:{}@{d}/text{text}", config.model),
+            None => format!("{kind}:{}/text{text}", config.model),
         };
         let dimensions = std::sync::OnceLock::new();
         if let Some(d) = config.dimensions {

@@ -39,9 +39,16 @@ pub struct EmbedReport {
     pub seconds: f64,
 }
 
-/// The text a chunk contributes: its enclosing signatures, then its own text.
-pub fn embedding_text(context: Option<&str>, text: &str) -> String {
+/// The text a chunk contributes: its symbols' names as words (`setRespondedURI`
+/// becomes `set responded uri`, which the model's vocabulary knows, where the
+/// raw name falls into word pieces), its enclosing signatures, then its own
+/// text. Changing this changes every vector: bump [`CHUNK_TEXT_VERSION`].
+pub fn embedding_text(context: Option<&str>, symbol: Option<&str>, text: &str) -> String {
     let mut s = String::with_capacity(text.len().min(MAX_CHARS) + 64);
+    if let Some(names) = symbol {
+        s.push_str(&crate::lexical::spaced_identifiers(names).to_lowercase());
+        s.push('\n');
+    }
     if let Some(c) = context {
         s.push_str(c);
         s.push('\n');
@@ -53,6 +60,11 @@ pub fn embedding_text(context: Option<&str>, text: &str) -> String {
     s.push_str(&text[..end]);
     s
 }
+
+/// The version of [`embedding_text`]'s recipe, part of every embedder id so
+/// vectors of an older recipe are never compared with new ones (they are
+/// re-embedded, as after a model change). 2: symbol names as words first.
+pub const CHUNK_TEXT_VERSION: u32 = 2;
 
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
 /// brings the vector index file up to date.
@@ -83,7 +95,7 @@ pub fn embed_missing_until(
     )?;
     let mut todo: Vec<(i64, String)> = {
         let mut stmt = store.conn.prepare(
-            "SELECT t.hash, min(c.context), t.text FROM chunks c
+            "SELECT t.hash, min(c.context), t.text, min(c.symbol) FROM chunks c
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              JOIN contents t ON t.hash = c.content_hash
              WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
@@ -92,7 +104,11 @@ pub fn embed_missing_until(
         let rows = stmt.query_map(params![branch, model], |r| {
             let context: Option<String> = r.get(1)?;
             let text: String = r.get(2)?;
-            Ok((r.get::<_, i64>(0)?, embedding_text(context.as_deref(), &text)))
+            let symbol: Option<String> = r.get(3)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                embedding_text(context.as_deref(), symbol.as_deref(), &text),
+            ))
         })?;
         rows.collect::<rusqlite::Result<_>>()?
     };
@@ -270,9 +286,11 @@ pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn
             Ok(Box::new(HttpEmbedder::new(config)?))
         }
         _ => {
+            // `name/budget/textN`
             let max_tokens = model
-                .rsplit_once('/')
-                .and_then(|(_, t)| t.parse().ok())
+                .split('/')
+                .nth(1)
+                .and_then(|t| t.parse().ok())
                 .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
             let embedder = LocalBert::default_model(max_tokens)?;
             if embedder.id() != model {
@@ -305,4 +323,21 @@ pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter:
     }
     store.set_meta("embedding_provider", &provider)?;
     embed_missing(&mut store, &branch, embedder.as_ref(), reporter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_text_starts_with_its_names_as_words() {
+        assert_eq!(
+            embedding_text(Some("impl Cookie {"), Some("Del, SetCookie"), "fn x() {}"),
+            "del, set cookie\nimpl Cookie {\nfn x() {}"
+        );
+        assert_eq!(embedding_text(None, None, "# Title"), "# Title");
+        // Cut on a character boundary, never inside one.
+        let long = format!("a{}", "é".repeat(MAX_CHARS));
+        assert_eq!(embedding_text(None, None, &long).len(), MAX_CHARS - 1);
+    }
 }
