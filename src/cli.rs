@@ -189,7 +189,7 @@ struct SearchArgs {
     kind: Option<String>,
     /// At most this many results from one file (default: no hard limit; each
     /// further result from a file already listed ranks a little lower).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     max_per_file: Option<usize>,
     /// How candidates are found.
     #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
@@ -292,6 +292,15 @@ enum BenchCommand {
 /// Moves arguments that start with `-` but hold whitespace (a query such as
 /// "-- Parse long options", never a flag) after a `--`, so clap takes them
 /// as words instead of failing on an unknown option. Word order is kept.
+/// `--max-per-file`: a count of at least one (1 lists each file once).
+fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (1 lists each file once)".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn hyphen_words_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let separator = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let is_words = |a: &std::ffi::OsString| {

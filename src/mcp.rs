@@ -90,6 +90,7 @@ pub struct SearchArgs {
     pub kind: Option<String>,
     /// At most this many results from one file (1 lists files); by default a file's further results rank a little lower.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub max_per_file: Option<usize>,
     /// Pack the best results into about this many tokens of code instead of a fixed count.
     #[serde(default)]
@@ -906,6 +907,9 @@ impl KenServer {
     async fn search_tool(&self, args: SearchArgs, with_code: bool) -> Result<CallToolResult, ErrorData> {
         if args.query.trim().is_empty() {
             return Ok(tool_error("`query` is empty: say what to look for"));
+        }
+        if args.max_per_file == Some(0) {
+            return Ok(tool_error("`max_per_file` must be at least 1 (1 lists each file once)"));
         }
         let token_budget = args.token_budget;
         let only = args.base.clone();

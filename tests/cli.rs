@@ -298,6 +298,14 @@ fn missing_paths_and_missing_indexes_are_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ken index"));
     assert!(out.stdout.is_empty());
+
+    let out = ken(tmp.path(), &["search", "--max-per-file", "0", "anything"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-per-file") && stderr.contains("at least 1"),
+        "{stderr}"
+    );
 }
 
 #[test]

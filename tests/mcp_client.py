@@ -114,6 +114,7 @@ async def main():
                 ("codebase_search", {"query": "x", "mode": "telepathic"}, "telepathic"),
                 ("codebase_search", {"query": "   "}, "query"),
                 ("codebase_search", {"query": "x", "path": "src/["}, "src/["),
+                ("codebase_peek", {"query": "x", "max_per_file": 0}, "max_per_file"),
                 ("find_similar", {}, "target"),
                 ("index_codebase", {"force": "yes"}, "force"),
                 ("index_health_check", {"repair": 3}, "repair"),
