@@ -289,18 +289,18 @@ enum BenchCommand {
     },
 }
 
-/// Moves arguments that start with `-` but hold whitespace (a query such as
-/// "-- Parse long options", never a flag) after a `--`, so clap takes them
-/// as words instead of failing on an unknown option. Word order is kept.
 /// `--max-per-file`: a count of at least one (1 lists each file once).
 fn at_least_one(text: &str) -> std::result::Result<usize, String> {
     match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1 (1 lists each file once)".to_string()),
+        Ok(0) => Err(crate::search::MAX_PER_FILE_AT_LEAST_ONE.to_string()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
 }
 
+/// Moves arguments that start with `-` but hold whitespace (a query such as
+/// "-- Parse long options", never a flag) after a `--`, so clap takes them
+/// as words instead of failing on an unknown option. Word order is kept.
 fn hyphen_words_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let separator = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let is_words = |a: &std::ffi::OsString| {

@@ -909,7 +909,10 @@ impl KenServer {
             return Ok(tool_error("`query` is empty: say what to look for"));
         }
         if args.max_per_file == Some(0) {
-            return Ok(tool_error("`max_per_file` must be at least 1 (1 lists each file once)"));
+            return Ok(tool_error(format!(
+                "`max_per_file` {}",
+                crate::search::MAX_PER_FILE_AT_LEAST_ONE
+            )));
         }
         let token_budget = args.token_budget;
         let only = args.base.clone();

@@ -41,6 +41,9 @@ const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
 /// decay traded them for file recall.
 const SAME_FILE_DECAY: f64 = 0.95;
 
+/// Why a `max_per_file` of 0 is refused (the CLI and the MCP tools say so).
+pub const MAX_PER_FILE_AT_LEAST_ONE: &str = "must be at least 1 (1 lists each file once)";
+
 /// A search request. Filters apply before ranking.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
