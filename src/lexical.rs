@@ -163,6 +163,8 @@ pub struct QueryTerms {
     /// Joined keys ([`joined_key`]) of the words that look like identifiers
     /// (several parts, or the whole query is one word), for exact symbol matches.
     pub identifiers: Vec<String>,
+    /// Code quoted in the query ([`code_fragments`]), matched verbatim.
+    pub fragments: Vec<String>,
 }
 
 impl QueryTerms {
@@ -199,6 +201,7 @@ impl QueryTerms {
                 q.terms.push(t.clone());
             }
         }
+        q.fragments = code_fragments(text);
         q
     }
 
@@ -214,6 +217,106 @@ impl QueryTerms {
             .map(|t| format!("\"{}\"", t.replace('"', "")))
             .collect::<Vec<_>>()
             .join(" OR ")
+    }
+}
+
+/// Shortest fragment worth matching verbatim (`i.e.`, `a-z` are prose).
+const MIN_FRAGMENT_CHARS: usize = 5;
+
+/// Lone tokens that join the code on both sides into one fragment.
+const OPERATORS: &[&str] = &[
+    "=", "==", "===", "!=", "!==", "+=", "-=", "*=", "/=", ":=", "->", "=>", "<=", ">=", "<<", ">>", "&&", "||",
+];
+
+/// Pieces of code quoted in a question, whitespace collapsed: backtick spans
+/// (`` `min-similarity-lines` ``), words that carry code punctuation
+/// (`builtin_str(method)`, `caplog.get_records`, `--jobs=0`, `dst[:0]`), and
+/// words joined by a lone operator (`method = builtin_str(method)`). Plain
+/// words and hyphenated prose (`non-empty`) are not fragments.
+pub fn code_fragments(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |fragment: String| {
+        let has_letter = fragment.chars().any(|c| c.is_alphabetic());
+        if fragment.chars().count() >= MIN_FRAGMENT_CHARS && has_letter && !out.contains(&fragment) {
+            out.push(fragment);
+        }
+    };
+    // Backtick spans first; what lies between them is read word by word.
+    let mut outside = Vec::new();
+    for (i, piece) in text.split('`').enumerate() {
+        let quoted = i % 2 == 1 && text.matches('`').count() > i;
+        if quoted {
+            let words: Vec<&str> = piece.split_whitespace().collect();
+            let span = words.join(" ");
+            if words.len() == 1 && split_identifier(&span).len() <= 1 && !span.contains(is_code_punct) {
+                continue; // a plain word in backticks is a term, not a phrase
+            }
+            push(span);
+        } else {
+            outside.push(piece);
+        }
+    }
+    for piece in outside {
+        let tokens: Vec<&str> = piece.split_whitespace().map(trim_prose_punct).collect();
+        let mut i = 0;
+        while i < tokens.len() {
+            // A run: token (operator token)* joined while operators link words.
+            let mut end = i;
+            while end + 2 < tokens.len() && OPERATORS.contains(&tokens[end + 1]) && !tokens[end + 2].is_empty() {
+                end += 2;
+            }
+            if end > i {
+                push(tokens[i..=end].join(" "));
+            } else if is_code_word(tokens[i]) {
+                push(tokens[i].to_string());
+            }
+            i = end + 1;
+        }
+    }
+    out
+}
+
+fn is_code_punct(c: char) -> bool {
+    matches!(c, '.' | '(' | ')' | '=' | '[' | ']' | ':' | '<' | '>' | '/' | '{' | '}')
+}
+
+/// A word with code punctuation inside. A bare flag (`--help`) or a slash
+/// between words (`and/or`, `-a/--text`) is not enough: CLI code and prose
+/// mention those everywhere; a slash counts in a file path (`src/app.py`).
+fn is_code_word(word: &str) -> bool {
+    let slash_path = word.contains('/') && word.contains('.');
+    !OPERATORS.contains(&word) && (word.contains(|c: char| is_code_punct(c) && c != '/') || slash_path)
+}
+
+/// A word without the sentence punctuation around it; brackets and quotes are
+/// cut only when unbalanced, so `readouterr()` and `"a"` stay whole.
+fn trim_prose_punct(word: &str) -> &str {
+    let mut w = word.trim_end_matches(['.', ',', ';', ':', '!', '?']);
+    loop {
+        let before = w;
+        for (open, close) in [('(', ')'), ('[', ']'), ('{', '}')] {
+            let (opens, closes) = (w.matches(open).count(), w.matches(close).count());
+            if closes > opens && w.ends_with(close) {
+                w = &w[..w.len() - 1];
+            } else if opens > closes && w.starts_with(open) {
+                w = &w[1..];
+            }
+        }
+        for quote in ['"', '\'', '“', '”', '‘', '’'] {
+            if w.matches(quote).count() % 2 == 1 {
+                w = w.trim_start_matches(quote).trim_end_matches(quote);
+            }
+        }
+        w = w.trim_end_matches(['.', ',', ';', ':', '!', '?']);
+        // `(client)` is a word in parentheses, `f(x)` a call.
+        if let Some(inner) = w.strip_prefix('(').and_then(|w| w.strip_suffix(')')) {
+            if !inner.contains(['(', ')']) {
+                w = inner;
+            }
+        }
+        if w == before {
+            return w;
+        }
     }
 }
 
@@ -261,6 +364,34 @@ mod tests {
         assert_eq!(q.identifiers, ["parseconfig"]);
         let q = QueryTerms::parse("the");
         assert_eq!(q.terms, ["the"]);
+    }
+
+    #[test]
+    fn code_in_questions_becomes_fragments() {
+        assert_eq!(
+            code_fragments("method = builtin_str(method) problem"),
+            ["method = builtin_str(method)"]
+        );
+        assert_eq!(
+            code_fragments("caplog.get_records and caplog.clear conflict"),
+            ["caplog.get_records", "caplog.clear"]
+        );
+        assert_eq!(
+            code_fragments("Setting `min-similarity-lines` to `0` should stop `pylint`"),
+            ["min-similarity-lines"]
+        );
+        assert_eq!(
+            code_fragments("pytest 6.0.0rc1: capfd.readouterr() converts \\r (in --pdb mode)."),
+            ["6.0.0rc1", "capfd.readouterr()"]
+        );
+        assert_eq!(code_fragments("bug in src/flask/app.py (client)"), ["src/flask/app.py"]);
+        assert!(code_fragments("Possibly suggest the -a/--text flag, and/or --help").is_empty());
+        assert_eq!(code_fragments("Running pylint with --jobs=0 fails"), ["--jobs=0"]);
+        assert_eq!(code_fragments("grows dst[:0] as needed"), ["dst[:0]"]);
+        // Prose punctuation is not code.
+        assert!(code_fragments("Returns true (a-z, A-Z), i.e. non-empty; 3.8+ or 5.2.3: fails.").is_empty());
+        assert!(code_fragments("where is the JWT expiry checked?").is_empty());
+        assert!(code_fragments("unclosed `backtick and alone").is_empty());
     }
 
     #[test]

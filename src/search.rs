@@ -260,6 +260,9 @@ const PROSE_FACTOR: f64 = 0.35;
 const CONFIG_FACTOR: f64 = 0.5;
 const CHANGELOG_FACTOR: f64 = 0.3;
 const MODULE_FACTOR: f64 = 0.8;
+/// A chunk that holds code quoted in the query, verbatim, or lies in a file
+/// the query names (swe: `method = builtin_str(method)` rose from 8th to 1st).
+const FRAGMENT_FACTOR: f64 = 3.0;
 
 /// File stems of release notes (any extension, prose chunks only).
 const CHANGELOG_STEMS: &[&str] = &["changelog", "changes", "history", "news", "releases"];
@@ -596,10 +599,12 @@ impl Searcher {
                 false
             }
         };
-        // Text is read for every candidate only when common terms score on it.
+        // Text is read for every candidate only when common terms score on
+        // it or code fragments of the query are looked for in it.
+        let with_content = !common.terms.is_empty() || !q.fragments.is_empty();
         let mut hits = self.load_hits(
             &mut candidates,
-            !common.terms.is_empty(),
+            with_content,
             fill_from.as_ref().map(|(model, query)| (*model, query.as_slice())),
         )?;
         if !common.terms.is_empty() {
@@ -610,6 +615,12 @@ impl Searcher {
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
             hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, intent);
+            // Tests quote the calls and flags of the issue they reproduce:
+            // there a verbatim match says little about where the code is.
+            let quoting_test = !intent.tests && is_test_path(&hit.path);
+            if !quoting_test && quotes_fragment(hit, &q.fragments) {
+                hit.score *= FRAGMENT_FACTOR;
+            }
         }
         hits.sort_by(|a, b| {
             b.score
@@ -618,7 +629,7 @@ impl Searcher {
                 .then_with(|| a.start_line.cmp(&b.start_line))
         });
         let mut hits = diversify(hits, req.limit, req.max_per_file);
-        if common.terms.is_empty() {
+        if !with_content {
             self.load_contents(&mut hits)?;
         }
         for hit in &mut hits {
@@ -1132,6 +1143,48 @@ fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f6
     f
 }
 
+/// Whether the hit holds one of the query's code fragments verbatim (up to
+/// whitespace) or sits in the file one of them names.
+fn quotes_fragment(hit: &SearchHit, fragments: &[String]) -> bool {
+    if fragments.is_empty() {
+        return false;
+    }
+    let text = hit.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    fragments
+        .iter()
+        .any(|f| text.contains(f.as_str()) || fragment_names_path(f, &hit.path))
+}
+
+/// Whether `fragment` names the file at `path`: a path suffix (`flask/app.py`,
+/// `sessions.py`) or a dotted module path (`_pytest.capture.EncodedFile` for
+/// `src/_pytest/capture.py`), matched at segment boundaries.
+fn fragment_names_path(fragment: &str, path: &str) -> bool {
+    let ends_at_segment = |p: &str, suffix: &str| p == suffix || p.ends_with(&format!("/{suffix}"));
+    let fragment = fragment.trim_start_matches("./");
+    if fragment.contains(' ') {
+        return false;
+    }
+    if ends_at_segment(path, fragment) {
+        return true;
+    }
+    let parts: Vec<&str> = fragment.split('.').collect();
+    let dotted_name = parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    if !dotted_name {
+        return false;
+    }
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    let stem = file.split_once('.').map_or(file, |(stem, _)| stem);
+    let module = match (dir, stem) {
+        (_, "__init__" | "mod" | "index") => dir.to_string(),
+        ("", _) => stem.to_string(),
+        _ => format!("{dir}/{stem}"),
+    };
+    (2..=parts.len()).any(|n| ends_at_segment(&module, &parts[..n].join("/")))
+}
+
 fn is_changelog_path(path: &str) -> bool {
     let path = path.to_ascii_lowercase();
     let mut segments: Vec<&str> = path.split('/').collect();
@@ -1416,6 +1469,27 @@ mod tests {
         // Without vectors hybrid is BM25.
         let scores = fuse(&candidates, SearchMode::Hybrid, false, Fusion::default());
         assert_eq!(scores[&1], 10.0);
+    }
+
+    #[test]
+    fn fragments_name_files_by_path_suffix_or_module() {
+        for (fragment, path) in [
+            ("src/flask/app.py", "src/flask/app.py"),
+            ("flask/app.py", "src/flask/app.py"),
+            ("sessions.py", "requests/sessions.py"),
+            ("_pytest.capture.EncodedFile", "src/_pytest/capture.py"),
+            ("_pytest.mark", "src/_pytest/mark/__init__.py"),
+        ] {
+            assert!(fragment_names_path(fragment, path), "{fragment} names {path}");
+        }
+        for (fragment, path) in [
+            ("sessions.py", "requests/old_sessions.py"),
+            ("pytest.mark.skip", "src/_pytest/mark/__init__.py"),
+            ("caplog.get_records", "src/_pytest/logging.py"),
+            ("a = b.c", "b/c.py"),
+        ] {
+            assert!(!fragment_names_path(fragment, path), "{fragment} does not name {path}");
+        }
     }
 
     #[test]

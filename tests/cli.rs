@@ -117,6 +117,50 @@ fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
 }
 
 #[test]
+fn code_quoted_in_a_question_finds_the_lines_that_say_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "pkg/sessions.py",
+        "def request(self, method, url):\n    method = builtin_str(method)\n    return self.send(method, url)\n",
+    );
+    // Says the question's words more often, but never the quoted line.
+    let mentions = "    # the method name: a builtin_str method, a method problem\n".repeat(4);
+    write(
+        root,
+        "pkg/models.py",
+        &format!("def prepare_method(self, method):\n{mentions}    self.method = builtin_str(self.method).upper()\n"),
+    );
+    write(
+        root,
+        "tests/test_sessions.py",
+        "def test_method():\n    method = builtin_str(method)\n    assert method\n",
+    );
+    write(root, "pkg/compat.py", "builtin_str = str\n");
+    // Enough other code that the question's words are not common ones.
+    for n in 0..40 {
+        write(
+            root,
+            &format!("pkg/util_{n}.py"),
+            &format!("def helper_{n}(items):\n    return sorted(items)\n"),
+        );
+    }
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    assert_eq!(
+        paths(&search(root, "builtin_str method problem", 3))[0],
+        "pkg/models.py"
+    );
+    let hits = paths(&search(root, "method = builtin_str(method) problem", 3));
+    assert_eq!(hits[0], "pkg/sessions.py", "{hits:?}");
+    // A file or module the question names.
+    let hits = paths(&search(root, "builtin_str method problem in pkg/compat.py", 3));
+    assert_eq!(hits[0], "pkg/compat.py", "{hits:?}");
+    let hits = paths(&search(root, "pkg.compat.builtin_str method problem", 3));
+    assert_eq!(hits[0], "pkg/compat.py", "{hits:?}");
+}
+
+#[test]
 fn changelogs_and_config_files_rank_after_source_unless_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
