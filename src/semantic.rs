@@ -39,15 +39,20 @@ pub struct EmbedReport {
     pub seconds: f64,
 }
 
-/// The text a chunk contributes: its symbols' names as words (`setRespondedURI`
-/// becomes `set responded uri`, which the model's vocabulary knows, where the
-/// raw name falls into word pieces), its enclosing signatures, then its own
-/// text. Changing this changes every vector: bump [`CHUNK_TEXT_VERSION`].
+/// The text a chunk contributes: its symbols' names as words when the model's
+/// word pieces would split them badly (`setRespondedURI` becomes `set
+/// responded uri`; `parse_config` is already words to the tokenizer, and
+/// spelling it again weighed the name over the body: swe-public, Python, lost
+/// ranks), its enclosing signatures, then its own text. Changing this changes
+/// every vector: bump [`CHUNK_TEXT_VERSION`].
 pub fn embedding_text(context: Option<&str>, symbol: Option<&str>, text: &str) -> String {
     let mut s = String::with_capacity(text.len().min(MAX_CHARS) + 64);
     if let Some(names) = symbol {
-        s.push_str(&crate::lexical::spaced_identifiers(names).to_lowercase());
-        s.push('\n');
+        let spelled = crate::lexical::spaced_identifiers(names).to_lowercase();
+        if spelled != names.replace(['_', '-'], " ").to_lowercase() {
+            s.push_str(&spelled);
+            s.push('\n');
+        }
     }
     if let Some(c) = context {
         s.push_str(c);
@@ -63,8 +68,9 @@ pub fn embedding_text(context: Option<&str>, symbol: Option<&str>, text: &str) -
 
 /// The version of [`embedding_text`]'s recipe, part of every embedder id so
 /// vectors of an older recipe are never compared with new ones (they are
-/// re-embedded, as after a model change). 2: symbol names as words first.
-pub const CHUNK_TEXT_VERSION: u32 = 2;
+/// re-embedded, as after a model change). 2: symbol names as words first;
+/// 3: only names with case or letter/digit changes.
+pub const CHUNK_TEXT_VERSION: u32 = 3;
 
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
 /// brings the vector index file up to date.
@@ -221,7 +227,7 @@ impl SharedCache {
         self.conn
             .prepare_cached("SELECT vector FROM vectors WHERE model = ?1 AND text_hash = ?2")
             .ok()?
-            .query_row(params![model, text_hash], |r| r.get::<_, Vec<u8>>(0))
+            .query_row(params![cache_model(model), text_hash], |r| r.get::<_, Vec<u8>>(0))
             .ok()
             .map(|b| vectors::decode(&b))
     }
@@ -231,8 +237,18 @@ impl SharedCache {
             .conn
             .prepare_cached("INSERT OR IGNORE INTO vectors (model, text_hash, vector) VALUES (?1, ?2, ?3)")
         {
-            let _ = stmt.execute(params![model, text_hash, vectors::encode(vector)]);
+            let _ = stmt.execute(params![cache_model(model), text_hash, vectors::encode(vector)]);
         }
+    }
+}
+
+/// The shared cache's model key: the embedder id without the chunk-text
+/// recipe's version (`/text3`). The cache is keyed by the exact text embedded,
+/// so after a recipe change the chunks whose text did not change keep their vectors.
+fn cache_model(id: &str) -> &str {
+    match id.rsplit_once("/text") {
+        Some((model, version)) if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) => model,
+        _ => id,
     }
 }
 
@@ -330,10 +346,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shared_cache_key_leaves_out_the_chunk_text_version() {
+        assert_eq!(cache_model("all-MiniLM-L6-v2/256/text3"), "all-MiniLM-L6-v2/256");
+        assert_eq!(
+            cache_model("openai:text-embedding-3-small@256/text3"),
+            "openai:text-embedding-3-small@256"
+        );
+        assert_eq!(cache_model("openai:my/textual"), "openai:my/textual");
+        assert_eq!(cache_model("all-MiniLM-L6-v2/256"), "all-MiniLM-L6-v2/256");
+    }
+
+    #[test]
     fn chunk_text_starts_with_its_names_as_words() {
         assert_eq!(
             embedding_text(Some("impl Cookie {"), Some("Del, SetCookie"), "fn x() {}"),
             "del, set cookie\nimpl Cookie {\nfn x() {}"
+        );
+        // snake_case and one-word names are words already: no names line.
+        assert_eq!(
+            embedding_text(
+                Some("class Session:"),
+                Some("prepare_request"),
+                "def prepare_request(self):"
+            ),
+            "class Session:\ndef prepare_request(self):"
+        );
+        assert_eq!(embedding_text(None, Some("Color"), "class Color {}"), "class Color {}");
+        assert_eq!(
+            embedding_text(None, Some("sha256_hex"), "fn f() {}"),
+            "sha 256 hex\nfn f() {}"
         );
         assert_eq!(embedding_text(None, None, "# Title"), "# Title");
         // Cut on a character boundary, never inside one.

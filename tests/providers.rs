@@ -97,13 +97,13 @@ fn an_openai_compatible_server_embeds_chunks_and_queries() {
     index_and_search(
         root,
         &env,
-        "openai:multilingual-e5-small-q4/text2",
+        "openai:multilingual-e5-small-q4/text3",
         "fetch a url and write it to disk",
         "download_file",
     );
     let status = ken_json(root, &["status", "--json"]);
     assert_eq!(status["embedding_coverage"], 1.0);
-    assert_eq!(status["embedding_model"], "openai:multilingual-e5-small-q4/text2");
+    assert_eq!(status["embedding_model"], "openai:multilingual-e5-small-q4/text3");
 }
 
 /// Indexes `root` with the provider of `env`, checks the report, and checks
@@ -147,7 +147,7 @@ fn an_ollama_server_embeds_chunks_and_queries() {
     index_and_search(
         root,
         &env,
-        "ollama:e5-small/text2",
+        "ollama:e5-small/text3",
         "reverse the characters of a string",
         "reverse_string",
     );

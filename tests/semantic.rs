@@ -17,7 +17,7 @@ fn model_dir() -> std::path::PathBuf {
 #[test]
 fn the_built_in_model_embeds_like_the_reference() {
     let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
-    assert_eq!(model.id(), "all-MiniLM-L6-v2/256/text2");
+    assert_eq!(model.id(), "all-MiniLM-L6-v2/256/text3");
     let v = model
         .embed(
             &[
@@ -100,7 +100,7 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
 
     let first = index_json(root);
     let e = &first["embedding"];
-    assert_eq!(e["model"], "all-MiniLM-L6-v2/256/text2", "{first}");
+    assert_eq!(e["model"], "all-MiniLM-L6-v2/256/text3", "{first}");
     let contents = e["contents"].as_u64().unwrap();
     assert!(
         contents < first["chunks"].as_u64().unwrap(),
@@ -224,13 +224,13 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let short: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(short["embedding"]["model"], "all-MiniLM-L6-v2/128/text2", "{short}");
+    assert_eq!(short["embedding"]["model"], "all-MiniLM-L6-v2/128/text3", "{short}");
     // Queries are embedded by the embedder the stored vectors came from.
     assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
 
     let full = index_json(root);
     let e = &full["embedding"];
-    assert_eq!(e["model"], "all-MiniLM-L6-v2/256/text2", "{full}");
+    assert_eq!(e["model"], "all-MiniLM-L6-v2/256/text3", "{full}");
     assert_eq!(
         e["embedded"], e["contents"],
         "a new budget embeds everything again: {full}"
@@ -240,7 +240,7 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
     // version in the id) is not searched by vector, and is re-embedded.
     let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
     conn.execute_batch(
-        "DELETE FROM embeddings WHERE model <> 'all-MiniLM-L6-v2/256/text2';
+        "DELETE FROM embeddings WHERE model <> 'all-MiniLM-L6-v2/256/text3';
          UPDATE embeddings SET model = 'all-MiniLM-L6-v2/256';
          UPDATE meta SET value = 'all-MiniLM-L6-v2/256' WHERE key = 'embedding_model';",
     )
@@ -259,7 +259,7 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("the embedding model changed"));
     let again: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(again["embedding"]["model"], "all-MiniLM-L6-v2/256/text2", "{again}");
+    assert_eq!(again["embedding"]["model"], "all-MiniLM-L6-v2/256/text3", "{again}");
     assert_eq!(
         again["embedding"]["embedded"], again["embedding"]["contents"],
         "{again}"
