@@ -599,9 +599,15 @@ impl Searcher {
                 false
             }
         };
+        // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
+        let fragments: &[String] = if req.mode == SearchMode::Semantic {
+            &[]
+        } else {
+            &q.fragments
+        };
         // Text is read for every candidate only when common terms score on
         // it or code fragments of the query are looked for in it.
-        let with_content = !common.terms.is_empty() || !q.fragments.is_empty();
+        let with_content = !common.terms.is_empty() || !fragments.is_empty();
         let mut hits = self.load_hits(
             &mut candidates,
             with_content,
@@ -618,7 +624,7 @@ impl Searcher {
             // Tests quote the calls and flags of the issue they reproduce:
             // there a verbatim match says little about where the code is.
             let quoting_test = !intent.tests && is_test_path(&hit.path);
-            if !quoting_test && quotes_fragment(hit, &q.fragments) {
+            if !quoting_test && quotes_fragment(hit, fragments) {
                 hit.score *= FRAGMENT_FACTOR;
             }
         }
