@@ -131,9 +131,10 @@ impl SemanticSide {
         if let Some((_, vector)) = recent().iter().find(|(q, _)| q == query) {
             return Ok(vector.clone());
         }
+        let text = crate::semantic::query_text(query);
         let vector = self
             .embedder
-            .embed(&[query], InputKind::Query)?
+            .embed(&[text.as_ref()], InputKind::Query)?
             .into_iter()
             .next()
             .context("the embedder returned no vector for the query")?;
