@@ -243,8 +243,10 @@ pub fn code_fragments(text: &str) -> Vec<String> {
     };
     // Backtick spans first; what lies between them is read word by word.
     let mut outside = Vec::new();
+    let backticks = text.matches('`').count();
     for (i, piece) in text.split('`').enumerate() {
-        let quoted = i % 2 == 1 && text.matches('`').count() > i;
+        // Odd pieces lie between backticks, unless the last one is unclosed.
+        let quoted = i % 2 == 1 && backticks > i;
         if quoted {
             let words: Vec<&str> = piece.split_whitespace().collect();
             let span = words.join(" ");

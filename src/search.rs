@@ -624,8 +624,7 @@ impl Searcher {
             hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, intent);
             // Tests quote the calls and flags of the issue they reproduce:
             // there a verbatim match says little about where the code is.
-            let quoting_test = !intent.tests && is_test_path(&hit.path);
-            if !quoting_test && quotes_fragment(hit, fragments) {
+            if quotes_fragment(hit, fragments) && (intent.tests || !is_test_path(&hit.path)) {
                 hit.score *= FRAGMENT_FACTOR;
             }
         }
