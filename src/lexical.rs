@@ -155,6 +155,23 @@ fn push_word_terms(word: &str, out: &mut String) {
     }
 }
 
+/// The stemmed words of a definition's name that a question would say:
+/// its identifier parts without stopwords (`getTreeBuilder` → `tree`, `builder`).
+pub fn name_words(name: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    for part in split_identifier(name) {
+        if part.len() < 2 || part.len() > MAX_TERM_LEN || STOPWORDS.contains(&part.to_lowercase().as_str()) {
+            continue;
+        }
+        let mut stem = String::new();
+        push_stemmed(part, &mut stem);
+        if !words.contains(&stem) {
+            words.push(stem);
+        }
+    }
+    words
+}
+
 /// What the lexical engine searches for, derived from user text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryTerms {
@@ -366,6 +383,14 @@ mod tests {
         assert_eq!(q.identifiers, ["parseconfig"]);
         let q = QueryTerms::parse("the");
         assert_eq!(q.terms, ["the"]);
+    }
+
+    #[test]
+    fn name_words_are_the_stemmed_parts_a_question_would_say() {
+        assert_eq!(name_words("getTreeBuilder"), ["tree", "builder"]);
+        assert_eq!(name_words("is_valid_cap_letter"), ["valid", "cap", "letter"]);
+        assert_eq!(name_words("HTTPServers"), ["http", "server"]);
+        assert!(name_words("get").is_empty());
     }
 
     #[test]

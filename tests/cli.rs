@@ -138,14 +138,7 @@ fn code_quoted_in_a_question_finds_the_lines_that_say_it() {
         "def test_method():\n    method = builtin_str(method)\n    assert method\n",
     );
     write(root, "pkg/compat.py", "builtin_str = str\n");
-    // Enough other code that the question's words are not common ones.
-    for n in 0..40 {
-        write(
-            root,
-            &format!("pkg/util_{n}.py"),
-            &format!("def helper_{n}(items):\n    return sorted(items)\n"),
-        );
-    }
+    write_unrelated(root, "pkg", 40);
     ken_ok(root, &["index", "--no-embed", "-q"]);
     assert_eq!(
         paths(&search(root, "builtin_str method problem", 3))[0],
@@ -158,6 +151,23 @@ fn code_quoted_in_a_question_finds_the_lines_that_say_it() {
     assert_eq!(hits[0], "pkg/compat.py", "{hits:?}");
     let hits = paths(&search(root, "pkg.compat.builtin_str method problem", 3));
     assert_eq!(hits[0], "pkg/compat.py", "{hits:?}");
+}
+
+#[test]
+fn a_definition_whose_name_the_question_says_ranks_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Twins with the same terms in every column, so BM25 ties and the path
+    // decides; only the names differ: questions leave out `get`, not `set`.
+    write(root, "a_paint.py", "def set_color(self):\n    return self._shade\n");
+    write(root, "z_paint.py", "def get_color(self):\n    return self._shade\n");
+    write_unrelated(root, "util", 20);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = paths(&search(root, "the color of the brush", 2));
+    assert_eq!(hits, ["z_paint.py", "a_paint.py"]);
+    // A lone word is an identifier: exact names decide, not said words.
+    let hits = paths(&search(root, "color", 2));
+    assert_eq!(hits, ["a_paint.py", "z_paint.py"]);
 }
 
 #[test]

@@ -57,6 +57,18 @@ pub fn write(root: &Path, rel: &str, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// `count` small unrelated Python files under `dir`, so that a test's own
+/// words are rare ones (BM25 gives words found in most chunks no weight).
+pub fn write_unrelated(root: &Path, dir: &str, count: usize) {
+    for n in 0..count {
+        write(
+            root,
+            &format!("{dir}/util_{n}.py"),
+            &format!("def helper_{n}(items):\n    return sorted(items)\n"),
+        );
+    }
+}
+
 pub fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args([
