@@ -1161,8 +1161,6 @@ fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f6
     f
 }
 
-/// Whether the query says every word of the hit's name (of one of its names,
-/// for a chunk of several definitions): "Convert to a RGB color object" and `toRgb`.
 /// Whether the query says every word of the hit's name, or of one of its
 /// names in a chunk of several definitions (stopwords such as `get` and `is`
 /// aside): "Convert to a RGB color object" says `toRgb`, not `toRgba`.
