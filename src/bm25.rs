@@ -9,7 +9,10 @@
 //! get 0, which sorts after every real score. The first `k` rows of
 //! `ORDER BY ken_bm25(...) LIMIT k` are therefore exactly those of `bm25()`.
 //!
-//! SQL: `ken_bm25(fts_table, k, weight_col0, weight_col1, ...)`.
+//! SQL: `ken_bm25(fts_table, k, weight_col0, weight_col1, ...)`. With a blob
+//! of IDFs (f64 little-endian, one per phrase) in place of `k`, every row is
+//! scored with those IDFs: the way to score a few chosen rows (`rowid = ?`)
+//! without FTS5 counting each phrase's matches over the whole table first.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -102,6 +105,16 @@ impl QueryState {
     }
 }
 
+/// FTS5's IDF of a phrase found in `hits` of `rows` rows.
+pub fn idf_of(rows: f64, hits: f64) -> f64 {
+    let value = ((rows - hits + 0.5) / (hits + 0.5)).ln();
+    if value <= 0.0 {
+        1e-6
+    } else {
+        value
+    }
+}
+
 unsafe extern "C" fn drop_state(p: *mut c_void) {
     drop(Box::from_raw(p.cast::<QueryState>()));
 }
@@ -127,19 +140,43 @@ unsafe fn new_state(
     check(total_size(fts, -1, &mut tokens))?;
     let avgdl = tokens as f64 / rows as f64;
     let phrases = phrase_count(fts).max(0) as usize;
-    let mut idf = Vec::with_capacity(phrases);
-    for i in 0..phrases {
-        let mut hits = 0i64;
-        check(query_phrase(
-            fts,
-            i as c_int,
-            (&mut hits as *mut i64).cast(),
-            Some(count_hit),
-        ))?;
-        let value = (((rows - hits) as f64 + 0.5) / (hits as f64 + 0.5)).ln();
-        idf.push(if value <= 0.0 { 1e-6 } else { value });
-    }
-    let k = args.first().map_or(0, |&v| ffi::sqlite3_value_int64(v).max(0) as usize);
+    let first = args.first().copied();
+    let given = first.filter(|&v| ffi::sqlite3_value_type(v) == ffi::SQLITE_BLOB);
+    let (idf, k) = match given {
+        // The caller's IDFs (f64, little-endian, one per phrase): scoring a few
+        // chosen rows then skips counting every phrase's matches.
+        Some(blob) => {
+            let len = ffi::sqlite3_value_bytes(blob).max(0) as usize;
+            let data = ffi::sqlite3_value_blob(blob).cast::<u8>();
+            let bytes = if data.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(data, len)
+            };
+            let idf: Vec<f64> = bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect();
+            if idf.len() != phrases {
+                return Err(ffi::SQLITE_MISMATCH);
+            }
+            (idf, 0)
+        }
+        None => {
+            let mut idf = Vec::with_capacity(phrases);
+            for i in 0..phrases {
+                let mut hits = 0i64;
+                check(query_phrase(
+                    fts,
+                    i as c_int,
+                    (&mut hits as *mut i64).cast(),
+                    Some(count_hit),
+                ))?;
+                idf.push(idf_of(rows as f64, hits as f64));
+            }
+            (idf, first.map_or(0, |v| ffi::sqlite3_value_int64(v).max(0) as usize))
+        }
+    };
     let weights = args.iter().skip(1).map(|&v| ffi::sqlite3_value_double(v)).collect();
     Ok(QueryState {
         idf,
@@ -297,5 +334,34 @@ mod tests {
         assert!(real >= 20, "at least k rows carry their real score");
         assert!(real < all.len(), "some rows were skipped: {real} of {}", all.len());
         assert!(all[real..].iter().all(|(_, s)| *s == 0.0));
+    }
+
+    #[test]
+    fn chosen_rows_score_with_given_idfs_as_bm25_scores_them() {
+        let conn = table();
+        let query = "parse OR render OR session";
+        let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
+        let rows: f64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        let hits = |term: &str| -> f64 {
+            conn.query_row("SELECT count(*) FROM t WHERE t MATCH ?1", [term], |r| r.get(0))
+                .unwrap()
+        };
+        let idf: Vec<u8> = ["parse", "render", "session"]
+            .iter()
+            .flat_map(|t| idf_of(rows, hits(t)).to_le_bytes())
+            .collect();
+        let chosen: Vec<(i64, f64)> = expected.iter().skip(3).step_by(97).copied().collect();
+        let mut stmt = conn
+            .prepare("SELECT ken_bm25(t, ?2, 6.0, 2.0, 1.0) FROM t WHERE t MATCH ?1 AND rowid = ?3")
+            .unwrap();
+        for (id, score) in &chosen {
+            let ours: f64 = stmt.query_row(rusqlite::params![query, idf, id], |r| r.get(0)).unwrap();
+            assert_eq!(ours, *score, "row {id}");
+        }
+        // One IDF per phrase, or an error rather than a wrong score.
+        let short = idf[..8].to_vec();
+        assert!(stmt
+            .query_row(rusqlite::params![query, short, chosen[0].0], |r| r.get::<_, f64>(0))
+            .is_err());
     }
 }

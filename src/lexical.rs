@@ -172,6 +172,106 @@ pub fn name_words(name: &str) -> Vec<String> {
     words
 }
 
+/// Short forms programmers write in names for the words a question spells
+/// out (`max_columns` for "the maximum number of columns"). Both sides are
+/// stemmed, so plurals (`args`, "arguments") need no entries of their own.
+const ABBREVIATIONS: &[(&str, &[&str])] = &[
+    ("addr", &["address"]),
+    ("alloc", &["allocate", "allocation"]),
+    ("arg", &["argument"]),
+    ("argv", &["argument"]),
+    ("attr", &["attribute"]),
+    ("auth", &["authentication", "authorization", "authenticate"]),
+    ("btn", &["button"]),
+    ("buf", &["buffer"]),
+    ("calc", &["calculate", "calculation"]),
+    ("cfg", &["config", "configuration"]),
+    ("char", &["character"]),
+    ("cmd", &["command"]),
+    ("cnt", &["count"]),
+    ("col", &["column"]),
+    ("conf", &["config", "configuration"]),
+    ("config", &["configuration"]),
+    ("conn", &["connection"]),
+    ("ctx", &["context"]),
+    ("cur", &["current", "cursor"]),
+    ("curr", &["current"]),
+    ("db", &["database"]),
+    ("del", &["delete"]),
+    ("desc", &["description", "descending"]),
+    ("dest", &["destination"]),
+    ("dir", &["directory"]),
+    ("doc", &["document", "documentation"]),
+    ("dst", &["destination"]),
+    ("elem", &["element"]),
+    ("env", &["environment"]),
+    ("err", &["error"]),
+    ("exec", &["execute"]),
+    ("expr", &["expression"]),
+    ("fmt", &["format"]),
+    ("func", &["function"]),
+    ("gen", &["generate"]),
+    ("idx", &["index"]),
+    ("impl", &["implementation", "implement"]),
+    ("info", &["information"]),
+    ("init", &["initialize", "initialise", "initialization"]),
+    ("len", &["length"]),
+    ("lib", &["library"]),
+    ("max", &["maximum"]),
+    ("mgr", &["manager"]),
+    ("min", &["minimum"]),
+    ("msg", &["message"]),
+    ("num", &["number"]),
+    ("obj", &["object"]),
+    ("opt", &["option"]),
+    ("param", &["parameter"]),
+    ("pos", &["position"]),
+    ("prev", &["previous"]),
+    ("proc", &["process", "procedure"]),
+    ("ptr", &["pointer"]),
+    ("rect", &["rectangle"]),
+    ("ref", &["reference"]),
+    ("repo", &["repository"]),
+    ("req", &["request"]),
+    ("res", &["response", "result"]),
+    ("resp", &["response"]),
+    ("sep", &["separator"]),
+    ("spec", &["specification"]),
+    ("src", &["source"]),
+    ("str", &["string"]),
+    ("sync", &["synchronize", "synchronise", "synchronized"]),
+    ("tmp", &["temporary"]),
+    ("util", &["utility"]),
+    ("val", &["value"]),
+    ("var", &["variable"]),
+];
+
+/// Whether a question's `terms` say the (stemmed) name word `word`: the word
+/// itself, or the word it abbreviates (`max` is said by "maximum").
+pub fn says_name_word(word: &str, terms: &[String]) -> bool {
+    static LONG_FORMS: OnceLock<HashMap<String, Vec<String>>> = OnceLock::new();
+    if terms.iter().any(|t| t == word) {
+        return true;
+    }
+    let long_forms = LONG_FORMS.get_or_init(|| {
+        let stem = |w: &str| {
+            let mut s = String::new();
+            push_stemmed(w, &mut s);
+            s
+        };
+        let mut map: HashMap<String, Vec<String>> = HashMap::new();
+        for (short, longs) in ABBREVIATIONS {
+            map.entry(stem(short))
+                .or_default()
+                .extend(longs.iter().map(|l| stem(l)));
+        }
+        map
+    });
+    long_forms
+        .get(word)
+        .is_some_and(|longs| longs.iter().any(|l| terms.contains(l)))
+}
+
 /// What the lexical engine searches for, derived from user text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueryTerms {
@@ -391,6 +491,16 @@ mod tests {
         assert_eq!(name_words("is_valid_cap_letter"), ["valid", "cap", "letter"]);
         assert_eq!(name_words("HTTPServers"), ["http", "server"]);
         assert!(name_words("get").is_empty());
+    }
+
+    #[test]
+    fn a_name_word_is_said_by_itself_or_by_the_word_it_abbreviates() {
+        let terms = QueryTerms::parse("Set the maximum number of columns; deletes the position").terms;
+        let said = |word: &str| says_name_word(&name_words(word)[0], &terms);
+        assert!(said("columns") && said("col") && said("cols"));
+        assert!(said("max") && said("num") && said("pos"));
+        assert!(said("del"), "stemmed on both sides: del -> delete -> deletes");
+        assert!(!said("min") && !said("len") && !said("width"));
     }
 
     #[test]

@@ -25,6 +25,9 @@ use crate::vectors::VectorIndex;
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 /// Lexical candidates fetched per requested result, before the rerank.
 const OVERFETCH: usize = 8;
+/// In hybrid mode the vector side goes this many times deeper than the
+/// lexical side: HNSW neighbours are cheap, and each is scored on both sides.
+const VECTOR_DEPTH_FACTOR: usize = 2;
 /// How deep the lexical ranking goes when filters reject most of the top.
 const MAX_LEXICAL_DEPTH: usize = 20_000;
 /// Terms in more than this share of chunks are left out of the lexical
@@ -160,6 +163,8 @@ struct Candidate {
     /// Cosine similarity to the query, when the vector side found the chunk.
     similarity: Option<f32>,
     exact_symbol: bool,
+    /// Found only by the vector side, below the lexical side's depth.
+    deep: bool,
     /// The definition a query's identifier names, when it is one of several
     /// packed in the chunk: the result is narrowed to its lines.
     exact_member: Option<Member>,
@@ -276,10 +281,13 @@ const CHANGELOG_STEMS: &[&str] = &["changelog", "changes", "history", "news", "r
 /// Folders of release-note fragments (towncrier and the like).
 const CHANGELOG_DIRS: &[&str] = &["changelog", "changelog.d", "changes", "newsfragments"];
 
+/// Query terms with their document frequencies.
+type Terms<'q> = Vec<(&'q String, f64)>;
+
 /// The query's very common terms (with document frequency), left out of the
 /// lexical match, and the chunk total their IDF is computed against.
 struct CommonTerms<'q> {
-    terms: Vec<(&'q String, f64)>,
+    terms: Terms<'q>,
     total: f64,
 }
 
@@ -565,7 +573,7 @@ impl Searcher {
             });
             (lexical, prefetched)
         });
-        let (mut candidates, common) = lexical?;
+        let (mut candidates, matched_terms, common) = lexical?;
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A lone identifier that names a definition is answered by that
         // definition: vectors add nothing, and loading the model costs more
@@ -580,11 +588,12 @@ impl Searcher {
         ) {
             (SearchMode::Lexical, _) => false,
             (_, Err(why)) if why.is_empty() => false,
-            (mode, Ok(side)) => match self.vector_candidates(side, req, fetch, prefetched) {
+            (mode, Ok(side)) => match self.vector_candidates(side, req, vector_fetch(mode, fetch), prefetched) {
                 Ok((query, found)) => {
-                    for (id, similarity) in found {
+                    for (rank, (id, similarity)) in found.into_iter().enumerate() {
                         let c = candidates.entry(id).or_default();
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
+                        c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
                     if mode == SearchMode::Hybrid {
                         // Candidates the vector side did not reach get their
@@ -606,6 +615,21 @@ impl Searcher {
                 false
             }
         };
+        // Fusion weighs every candidate on both sides: the ones only the
+        // vector side found get their BM25 too (a chunk middling on both sides
+        // is in neither side's top list, yet can be the best answer).
+        if semantic_on && req.mode == SearchMode::Hybrid && !matched_terms.is_empty() {
+            let only_vector: Vec<i64> = candidates
+                .iter()
+                .filter(|(_, c)| c.bm25 == 0.0 && !c.exact_symbol)
+                .map(|(&id, _)| id)
+                .collect();
+            for (id, score) in self.bm25_of(&matched_terms, common.total, &only_vector)? {
+                if let Some(c) = candidates.get_mut(&id) {
+                    c.bm25 = score;
+                }
+            }
+        }
         // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
         let fragments: &[String] = if req.mode == SearchMode::Semantic {
             &[]
@@ -667,11 +691,12 @@ impl Searcher {
         q: &'q QueryTerms,
         req: &SearchRequest,
         fetch: usize,
-    ) -> Result<(HashMap<i64, Candidate>, CommonTerms<'q>)> {
+    ) -> Result<(HashMap<i64, Candidate>, Terms<'q>, CommonTerms<'q>)> {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let (terms, common) = self.selective_terms(q)?;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
-            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
+            let words: Vec<&String> = terms.iter().map(|(t, _)| *t).collect();
+            for (id, rank) in self.lexical_candidates(&words, req, fetch)? {
                 candidates.entry(id).or_default().bm25 = -rank;
             }
         }
@@ -688,7 +713,7 @@ impl Searcher {
                 }
             }
         }
-        Ok((candidates, common))
+        Ok((candidates, terms, common))
     }
 
     fn chunk_total(&self) -> Result<f64> {
@@ -709,7 +734,7 @@ impl Searcher {
     /// of the match when rarer terms exist and the match would visit more
     /// than [`MATCH_ROW_BUDGET`] rows (they cost the most and rank the least);
     /// those are scored on the candidates instead, with their document frequency.
-    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Vec<&'q String>, CommonTerms<'q>)> {
+    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Terms<'q>, CommonTerms<'q>)> {
         let total = self.chunk_total()?;
         let mut with_df = Vec::new();
         for term in &q.terms {
@@ -739,7 +764,6 @@ impl Searcher {
         let (matched, common): (Vec<_>, Vec<_>) = with_df
             .into_iter()
             .partition(|(t, _)| chosen.is_empty() || chosen.contains(t));
-        let matched = matched.into_iter().map(|(t, _)| t).collect();
         Ok((matched, CommonTerms { terms: common, total }))
     }
 
@@ -825,6 +849,32 @@ impl Searcher {
             }
             depth *= 4;
         }
+    }
+
+    /// The BM25 score of each of `ids` that matches `terms` (with their
+    /// document frequencies, of `total` chunks): the lexical side's score,
+    /// for chunks only the vector side found.
+    fn bm25_of(&self, terms: &[(&String, f64)], total: f64, ids: &[i64]) -> Result<Vec<(i64, f64)>> {
+        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
+        let idf: Vec<u8> = terms
+            .iter()
+            .flat_map(|(_, df)| crate::bm25::idf_of(total, *df).to_le_bytes())
+            .collect();
+        let (ws, wp, wb) = BM25_WEIGHTS;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One pass over the query's matches (`+rowid` keeps the list out of
+        // FTS5's plan, which would restart the match once per id).
+        let list = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",");
+        let mut stmt = self.store.conn.prepare(&format!(
+            "SELECT rowid, ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 AND +rowid IN ({list})"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params![fts_query, idf], |r| {
+            Ok((r.get(0)?, -r.get::<_, f64>(1)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Chunks whose embedding is among the query's nearest neighbours, with
@@ -979,8 +1029,11 @@ fn fuse(
             .collect(),
         (SearchMode::Hybrid, true, Fusion::Convex { lexical, semantic }) => {
             let max_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max);
+            // The scale comes from the usual pool: the deeper vector
+            // candidates are scored on it, but do not stretch it.
             let similarities: Vec<f64> = candidates
                 .values()
+                .filter(|c| !c.deep)
                 .filter_map(|c| c.similarity.map(f64::from))
                 .collect();
             // The vector side is scaled by the spread of the candidates'
@@ -1033,6 +1086,15 @@ fn fuse(
                 })
                 .collect()
         }
+    }
+}
+
+/// How many vector neighbours a search of `mode` takes.
+fn vector_fetch(mode: SearchMode, fetch: usize) -> usize {
+    if mode == SearchMode::Hybrid {
+        fetch * VECTOR_DEPTH_FACTOR
+    } else {
+        fetch
     }
 }
 
@@ -1171,7 +1233,7 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> bool {
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .map(lexical::name_words)
-        .any(|words| !words.is_empty() && words.iter().all(|w| q.terms.contains(w)))
+        .any(|words| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms)))
 }
 
 /// Whether the hit holds one of the query's code fragments verbatim (up to
@@ -1411,6 +1473,35 @@ mod tests {
     }
 
     #[test]
+    fn deeper_vector_candidates_are_scored_without_moving_the_scale() {
+        let candidate = |bm25: f64, similarity: f32, deep: bool| Candidate {
+            bm25,
+            similarity: Some(similarity),
+            deep,
+            ..Candidate::default()
+        };
+        let mut candidates: HashMap<i64, Candidate> = (0..80)
+            .map(|i| {
+                (
+                    i,
+                    candidate(1.0 + (i % 7) as f64, 0.30 + 0.005 * (i % 20) as f32, false),
+                )
+            })
+            .collect();
+        let before = fuse(&candidates, SearchMode::Hybrid, true, Fusion::default());
+        // The vector side's next 80: less similar, some with a little BM25.
+        for i in 0..80 {
+            candidates.insert(1000 + i, candidate((i % 3) as f64, 0.20 + 0.001 * i as f32, true));
+        }
+        let after = fuse(&candidates, SearchMode::Hybrid, true, Fusion::default());
+        for (id, score) in &before {
+            assert!((after[id] - score).abs() < 1e-12, "{id}: {score} -> {}", after[id]);
+        }
+        // Middling on both sides beats weak on one: BM25 counts for them too.
+        assert!(after[&1002] > after[&1000]);
+    }
+
+    #[test]
     fn one_far_vector_outlier_does_not_flatten_the_other_similarities() {
         let candidate = |bm25: f64, similarity: f32| Candidate {
             bm25,
@@ -1537,6 +1628,9 @@ mod tests {
         assert!(!says_name(&named("toHsl"), &q));
         assert!(!says_name(&named("to"), &q), "a name of stopwords says nothing");
         assert!(!says_name(&SearchHit::default(), &q));
+        let q = QueryTerms::parse("Set the maximum number of columns allowed");
+        assert!(says_name(&named("max_columns"), &q), "max abbreviates maximum");
+        assert!(!says_name(&named("min_columns"), &q));
     }
 
     #[test]
