@@ -10,9 +10,10 @@
 //! `ORDER BY ken_bm25(...) LIMIT k` are therefore exactly those of `bm25()`.
 //!
 //! SQL: `ken_bm25(fts_table, k, weight_col0, weight_col1, ...)`. With a blob
-//! of IDFs (f64 little-endian, one per phrase) in place of `k`, every row is
-//! scored with those IDFs: the way to score a few chosen rows (`rowid = ?`)
-//! without FTS5 counting each phrase's matches over the whole table first.
+//! of the phrases' document frequencies (f64 little-endian, one per phrase,
+//! as the index keeps them) in place of `k`, every row is scored: the way to
+//! score a few chosen rows without FTS5 first counting each phrase's matches
+//! over the whole table.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -106,7 +107,7 @@ impl QueryState {
 }
 
 /// FTS5's IDF of a phrase found in `hits` of `rows` rows.
-pub fn idf_of(rows: f64, hits: f64) -> f64 {
+fn idf_of(rows: f64, hits: f64) -> f64 {
     let value = ((rows - hits + 0.5) / (hits + 0.5)).ln();
     if value <= 0.0 {
         1e-6
@@ -143,8 +144,8 @@ unsafe fn new_state(
     let first = args.first().copied();
     let given = first.filter(|&v| ffi::sqlite3_value_type(v) == ffi::SQLITE_BLOB);
     let (idf, k) = match given {
-        // The caller's IDFs (f64, little-endian, one per phrase): scoring a few
-        // chosen rows then skips counting every phrase's matches.
+        // The caller's document frequencies: scoring a few chosen rows then
+        // skips counting every phrase's matches.
         Some(blob) => {
             let len = ffi::sqlite3_value_bytes(blob).max(0) as usize;
             let data = ffi::sqlite3_value_blob(blob).cast::<u8>();
@@ -153,13 +154,13 @@ unsafe fn new_state(
             } else {
                 std::slice::from_raw_parts(data, len)
             };
-            let idf: Vec<f64> = bytes
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .collect();
-            if idf.len() != phrases {
+            if bytes.len() != phrases * 8 {
                 return Err(ffi::SQLITE_MISMATCH);
             }
+            let idf = bytes
+                .chunks_exact(8)
+                .map(|b| idf_of(rows as f64, f64::from_le_bytes(b.try_into().expect("8 bytes"))))
+                .collect();
             (idf, 0)
         }
         None => {
@@ -337,29 +338,30 @@ mod tests {
     }
 
     #[test]
-    fn chosen_rows_score_with_given_idfs_as_bm25_scores_them() {
+    fn chosen_rows_score_with_given_frequencies_as_bm25_scores_them() {
         let conn = table();
         let query = "parse OR render OR session";
         let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
-        let rows: f64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         let hits = |term: &str| -> f64 {
             conn.query_row("SELECT count(*) FROM t WHERE t MATCH ?1", [term], |r| r.get(0))
                 .unwrap()
         };
-        let idf: Vec<u8> = ["parse", "render", "session"]
+        let frequencies: Vec<u8> = ["parse", "render", "session"]
             .iter()
-            .flat_map(|t| idf_of(rows, hits(t)).to_le_bytes())
+            .flat_map(|t| hits(t).to_le_bytes())
             .collect();
         let chosen: Vec<(i64, f64)> = expected.iter().skip(3).step_by(97).copied().collect();
         let mut stmt = conn
             .prepare("SELECT ken_bm25(t, ?2, 6.0, 2.0, 1.0) FROM t WHERE t MATCH ?1 AND rowid = ?3")
             .unwrap();
         for (id, score) in &chosen {
-            let ours: f64 = stmt.query_row(rusqlite::params![query, idf, id], |r| r.get(0)).unwrap();
+            let ours: f64 = stmt
+                .query_row(rusqlite::params![query, frequencies, id], |r| r.get(0))
+                .unwrap();
             assert_eq!(ours, *score, "row {id}");
         }
-        // One IDF per phrase, or an error rather than a wrong score.
-        let short = idf[..8].to_vec();
+        // One frequency per phrase, or an error rather than a wrong score.
+        let short = frequencies[..8].to_vec();
         assert!(stmt
             .query_row(rusqlite::params![query, short, chosen[0].0], |r| r.get::<_, f64>(0))
             .is_err());

@@ -624,7 +624,7 @@ impl Searcher {
                 .filter(|(_, c)| c.bm25 == 0.0 && !c.exact_symbol)
                 .map(|(&id, _)| id)
                 .collect();
-            for (id, score) in self.bm25_of(&matched_terms, common.total, &only_vector)? {
+            for (id, score) in self.bm25_of(&matched_terms, &only_vector)? {
                 if let Some(c) = candidates.get_mut(&id) {
                     c.bm25 = score;
                 }
@@ -852,18 +852,15 @@ impl Searcher {
     }
 
     /// The BM25 score of each of `ids` that matches `terms` (with their
-    /// document frequencies, of `total` chunks): the lexical side's score,
-    /// for chunks only the vector side found.
-    fn bm25_of(&self, terms: &[(&String, f64)], total: f64, ids: &[i64]) -> Result<Vec<(i64, f64)>> {
-        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-        let idf: Vec<u8> = terms
-            .iter()
-            .flat_map(|(_, df)| crate::bm25::idf_of(total, *df).to_le_bytes())
-            .collect();
-        let (ws, wp, wb) = BM25_WEIGHTS;
+    /// document frequencies): the lexical side's score, for chunks only the
+    /// vector side found.
+    fn bm25_of(&self, terms: &[(&String, f64)], ids: &[i64]) -> Result<Vec<(i64, f64)>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
+        let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
+        let (ws, wp, wb) = BM25_WEIGHTS;
         // One pass over the query's matches (`+rowid` keeps the list out of
         // FTS5's plan, which would restart the match once per id).
         let list = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",");
@@ -871,7 +868,7 @@ impl Searcher {
             "SELECT rowid, ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
              WHERE chunks_fts MATCH ?1 AND +rowid IN ({list})"
         ))?;
-        let rows = stmt.query_map(rusqlite::params![fts_query, idf], |r| {
+        let rows = stmt.query_map(rusqlite::params![fts_query, frequencies], |r| {
             Ok((r.get(0)?, -r.get::<_, f64>(1)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
