@@ -382,10 +382,7 @@ fn run(cli: Cli) -> Result<i32> {
                 value["embedding"] = serde_json::to_value(&embedding)?;
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else if let (Some(e), false) = (&embedding, args.quiet) {
-                println!(
-                    "  embedded:  {} new, {} re-used ({}) in {:.1} s",
-                    e.embedded, e.reused, e.model, e.seconds
-                );
+                println!("  embedded:  {}", e.summary());
             }
             Ok(0)
         }
@@ -539,10 +536,7 @@ fn run(cli: Cli) -> Result<i32> {
             let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal());
             let report = semantic::embed_root(&root, &index_dir, &reporter)?;
             if !quiet {
-                println!(
-                    "embedded {} new, {} re-used ({}) in {:.1} s",
-                    report.embedded, report.reused, report.model, report.seconds
-                );
+                println!("embedded {}", report.summary());
             }
             Ok(0)
         }

@@ -162,6 +162,9 @@ struct Candidate {
     bm25: f64,
     /// Cosine similarity to the query, when the vector side found the chunk.
     similarity: Option<f32>,
+    /// Cosine similarity of the chunk's signature vector to the query
+    /// (`semantic::signature_text`), when it has one.
+    signature_similarity: Option<f32>,
     exact_symbol: bool,
     /// Found only by the vector side, below the lexical side's depth.
     deep: bool,
@@ -191,51 +194,71 @@ pub enum SearchMode {
 /// Chunk ids with their cosine similarity to the query, best first.
 type Neighbours = Vec<(i64, f32)>;
 
-/// How hybrid search combines the lexical and the vector side. Every
-/// candidate of either side is scored on both (a lexical candidate's
-/// similarity comes from its stored vector), then:
+/// How hybrid search combines the lexical side, the vector side and the
+/// signature vectors (`semantic::signature_text`). Every candidate of either
+/// side is scored on all three (a lexical candidate's similarities come from
+/// its stored vectors), then:
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fusion {
-    /// `w_lex * bm25 / max bm25 + w_sem * min-max normalised similarity`
-    /// (the default: on the public eval it beat RRF clearly on swe, about
-    /// matched it on doc and equalled it on ident; see BENCHMARKS.md).
-    Convex { lexical: f64, semantic: f64 },
-    /// Reciprocal rank fusion: `w / (k + rank)` summed over the two rankings.
-    Rrf { k: f64, lexical: f64, semantic: f64 },
+    /// `w_lex * bm25 / max bm25 + w_sem * s + w_sig * g`, where `s` and `g`
+    /// are the chunk and signature similarities scaled by mean ± 3σ of the
+    /// candidates' (the default: on the public eval it beat RRF clearly on
+    /// swe, about matched it on doc and equalled it on ident; see BENCHMARKS.md).
+    Convex(Weights),
+    /// Reciprocal rank fusion: `w / (k + rank)` summed over the three rankings.
+    Rrf { k: f64, weights: Weights },
 }
 
-impl Default for Fusion {
+/// The weight of each side in [`Fusion`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    pub lexical: f64,
+    pub semantic: f64,
+    pub signature: f64,
+}
+
+impl Default for Weights {
     fn default() -> Self {
-        Fusion::Convex {
+        Weights {
             lexical: 1.0,
             semantic: 1.0,
+            signature: 1.0,
         }
     }
 }
 
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Convex(Weights::default())
+    }
+}
+
 impl Fusion {
+    fn weights(&self) -> Weights {
+        match *self {
+            Fusion::Convex(weights) | Fusion::Rrf { weights, .. } => weights,
+        }
+    }
+
     /// From `KEN_FUSION` (`convex` | `rrf`), `KEN_FUSION_WEIGHTS`
-    /// (`lexical,semantic`, default `1,1`) and `KEN_RRF_K` (default 60).
+    /// (`lexical,semantic[,signature]`, default `1,1,1`) and `KEN_RRF_K` (default 60).
     pub fn from_env() -> Result<Fusion> {
         Fusion::from_vars(|name| std::env::var(name).ok())
     }
 
     fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Fusion> {
         let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
-        let (lexical, semantic) = match var("KEN_FUSION_WEIGHTS") {
-            None => (1.0, 1.0),
-            Some(v) => {
-                let parsed: Option<(f64, f64)> = v
-                    .split_once(',')
-                    .and_then(|(l, s)| Some((l.trim().parse().ok()?, s.trim().parse().ok()?)));
-                match parsed {
-                    Some((l, s)) if l >= 0.0 && s >= 0.0 && l + s > 0.0 => (l, s),
-                    _ => bail!("KEN_FUSION_WEIGHTS must be two non-negative numbers `lexical,semantic` (e.g. `1,1`), not `{v}`"),
-                }
-            }
+        let weights = match var("KEN_FUSION_WEIGHTS") {
+            None => Weights::default(),
+            Some(v) => parse_weights(&v).with_context(|| {
+                format!(
+                    "KEN_FUSION_WEIGHTS must be two or three non-negative numbers \
+                     `lexical,semantic[,signature]` (e.g. `1,1,1`), not `{v}`"
+                )
+            })?,
         };
         match var("KEN_FUSION").as_deref().map(str::trim) {
-            None | Some("convex") => Ok(Fusion::Convex { lexical, semantic }),
+            None | Some("convex") => Ok(Fusion::Convex(weights)),
             Some("rrf") => {
                 let k = match var("KEN_RRF_K") {
                     None => 60.0,
@@ -246,11 +269,34 @@ impl Fusion {
                         .filter(|k| *k >= 0.0)
                         .with_context(|| format!("KEN_RRF_K must be a non-negative number, not `{v}`"))?,
                 };
-                Ok(Fusion::Rrf { k, lexical, semantic })
+                Ok(Fusion::Rrf { k, weights })
             }
             Some(other) => bail!("KEN_FUSION must be `convex` or `rrf`, not `{other}`"),
         }
     }
+}
+
+/// `lexical,semantic[,signature]`: non-negative numbers, not all zero; the
+/// signature weight defaults to 1.
+fn parse_weights(text: &str) -> Option<Weights> {
+    let numbers: Vec<f64> = text
+        .split(',')
+        .map(|n| n.trim().parse::<f64>().ok().filter(|w| *w >= 0.0 && w.is_finite()))
+        .collect::<Option<_>>()?;
+    let weights = match numbers[..] {
+        [lexical, semantic] => Weights {
+            lexical,
+            semantic,
+            ..Weights::default()
+        },
+        [lexical, semantic, signature] => Weights {
+            lexical,
+            semantic,
+            signature,
+        },
+        _ => return None,
+    };
+    (numbers.iter().sum::<f64>() > 0.0).then_some(weights)
 }
 
 /// Score factors of the rerank for what is not source code, each measured on
@@ -434,7 +480,7 @@ impl Searcher {
                 candidates.entry(id).or_default().similarity = Some(similarity);
             }
         }
-        let mut hits = self.load_hits(&mut candidates, false, None)?;
+        let mut hits = self.load_hits(&mut candidates, false, None, None)?;
         if let Some((_, path)) = &source {
             if !include_source_file {
                 hits.retain(|h| &h.path != path);
@@ -580,6 +626,7 @@ impl Searcher {
         // than the whole lexical search.
         let lone_identifier = req.query.split_whitespace().count() == 1 && candidates.values().any(|c| c.exact_symbol);
         let mut fill_from = None;
+        let mut signatures_from = None;
         let semantic_on = match (
             req.mode,
             self.semantic_side_unless(
@@ -595,6 +642,7 @@ impl Searcher {
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
                         c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
+                    signatures_from = Some((crate::semantic::signature_model(side.embedder.id()), query.clone()));
                     if mode == SearchMode::Hybrid {
                         // Candidates the vector side did not reach get their
                         // similarity from their stored vectors, read with the
@@ -643,6 +691,9 @@ impl Searcher {
             &mut candidates,
             with_content,
             fill_from.as_ref().map(|(model, query)| (*model, query.as_slice())),
+            signatures_from
+                .as_ref()
+                .map(|(model, query)| (model.as_str(), query.as_slice())),
         )?;
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
@@ -947,19 +998,23 @@ impl Searcher {
     /// The candidates' chunks, with their text when `with_content` (else
     /// [`Self::load_contents`] reads it for the few that are returned). With
     /// `fill_from` (model, query vector), a candidate that has no similarity
-    /// yet gets it from its stored vector, if it has one.
+    /// yet gets it from its stored vector, if it has one; with
+    /// `signatures_from`, its signature similarity likewise.
     fn load_hits(
         &self,
         candidates: &mut HashMap<i64, Candidate>,
         with_content: bool,
         fill_from: Option<(&str, &[f32])>,
+        signatures_from: Option<(&str, &[f32])>,
     ) -> Result<Vec<SearchHit>> {
         // One statement per chunk; the CASEs skip the lookups that are not needed.
         let mut stmt = self.store.conn.prepare_cached(
             "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
                     CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
                     CASE WHEN ?4 IS NOT NULL THEN
-                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
+                    CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
@@ -970,24 +1025,31 @@ impl Searcher {
             let model = fill_from
                 .filter(|_| candidate.similarity.is_none())
                 .map(|(model, _)| model);
-            let (hit, vector) = stmt.query_row(rusqlite::params![id, self.branch, with_content, model], |r| {
-                let hit = SearchHit {
-                    path: r.get(0)?,
-                    start_line: r.get(1)?,
-                    end_line: r.get(2)?,
-                    score: 0.0,
-                    kind: r.get(3)?,
-                    symbol: r.get(4)?,
-                    language: r.get(5)?,
-                    snippet: String::new(),
-                    context: r.get(6)?,
-                    content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                    chunk_id: id,
-                };
-                Ok((hit, r.get::<_, Option<Vec<u8>>>(8)?))
-            })?;
+            let signature_model = signatures_from.map(|(model, _)| model);
+            let (hit, vector, signature) = stmt.query_row(
+                rusqlite::params![id, self.branch, with_content, model, signature_model],
+                |r| {
+                    let hit = SearchHit {
+                        path: r.get(0)?,
+                        start_line: r.get(1)?,
+                        end_line: r.get(2)?,
+                        score: 0.0,
+                        kind: r.get(3)?,
+                        symbol: r.get(4)?,
+                        language: r.get(5)?,
+                        snippet: String::new(),
+                        context: r.get(6)?,
+                        content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                        chunk_id: id,
+                    };
+                    Ok((hit, r.get::<_, Option<Vec<u8>>>(8)?, r.get::<_, Option<Vec<u8>>>(9)?))
+                },
+            )?;
             if let (Some(blob), Some((_, query))) = (vector, fill_from) {
                 candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
+            }
+            if let (Some(blob), Some((_, query))) = (signature, signatures_from) {
+                candidate.signature_similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
             }
             hits.push(hit);
         }
@@ -1020,30 +1082,34 @@ fn fuse(
         (SearchMode::Lexical, _, _) | (SearchMode::Hybrid, false, _) => {
             candidates.iter().map(|(&id, c)| (id, c.bm25)).collect()
         }
-        (SearchMode::Semantic, _, _) => candidates
-            .iter()
-            .map(|(&id, c)| (id, c.similarity.map_or(0.0, f64::from)))
-            .collect(),
-        (SearchMode::Hybrid, true, Fusion::Convex { lexical, semantic }) => {
+        // By meaning alone: the chunk and the signature similarity, each
+        // scaled by the candidates' spread.
+        (SearchMode::Semantic, _, fusion) => {
+            let w = fusion.weights();
+            let (semantic, signature) = if w.semantic + w.signature > 0.0 {
+                (w.semantic, w.signature)
+            } else {
+                (1.0, 0.0)
+            };
+            let chunk_side = SpreadScale::of(candidates, |c| c.similarity);
+            let signature_side = SpreadScale::of(candidates, |c| c.signature_similarity);
+            candidates
+                .iter()
+                .map(|(&id, c)| {
+                    let s = chunk_side.score(c.similarity);
+                    let g = signature_side.score(c.signature_similarity);
+                    (id, (semantic * s + signature * g) / (semantic + signature))
+                })
+                .collect()
+        }
+        (SearchMode::Hybrid, true, Fusion::Convex(w)) => {
             let max_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max);
-            // The scale comes from the usual pool: the deeper vector
-            // candidates are scored on it, but do not stretch it.
-            let similarities: Vec<f64> = candidates
-                .values()
-                .filter(|c| !c.deep)
-                .filter_map(|c| c.similarity.map(f64::from))
-                .collect();
-            // The vector side is scaled by the spread of the candidates'
-            // similarities: mean ± 3 standard deviations map to 0..1
-            // (distribution-based score fusion). Min-max let the one most or
+            // Both similarities are scaled by the spread of the candidates'
+            // (distribution-based score fusion): min-max let the one most or
             // least similar candidate set the scale for all the others.
-            let (low, high) = three_sigma_range(&similarities);
-            let normalise = |s: f64| ((s - low) / (high - low).max(1e-9)).clamp(0.0, 1.0);
-            // A chunk not embedded yet (just edited, or embedding still in
-            // progress) is scored as an average chunk on the vector side,
-            // not as the least similar one.
-            let unembedded = similarities.iter().map(|&s| normalise(s)).sum::<f64>() / similarities.len().max(1) as f64;
-            let total = lexical + semantic;
+            let chunk_side = SpreadScale::of(candidates, |c| c.similarity);
+            let signature_side = SpreadScale::of(candidates, |c| c.signature_similarity);
+            let total = w.lexical + w.semantic + w.signature;
             candidates
                 .iter()
                 .map(|(&id, c)| {
@@ -1052,12 +1118,13 @@ fn fuse(
                     } else {
                         0.0
                     };
-                    let s = c.similarity.map_or(unembedded, |s| normalise(f64::from(s)));
-                    (id, (lexical * l + semantic * s) / total)
+                    let s = chunk_side.score(c.similarity);
+                    let g = signature_side.score(c.signature_similarity);
+                    (id, (w.lexical * l + w.semantic * s + w.signature * g) / total)
                 })
                 .collect()
         }
-        (SearchMode::Hybrid, true, Fusion::Rrf { k, lexical, semantic }) => {
+        (SearchMode::Hybrid, true, Fusion::Rrf { k, weights: w }) => {
             let rank_by = |key: &dyn Fn(&Candidate) -> Option<f64>| -> HashMap<i64, usize> {
                 let mut scored: Vec<(i64, f64)> = candidates
                     .iter()
@@ -1072,13 +1139,16 @@ fn fuse(
             };
             let lexical_rank = rank_by(&|c| (c.bm25 > 0.0).then_some(c.bm25));
             let semantic_rank = rank_by(&|c| c.similarity.map(f64::from));
+            let signature_rank = rank_by(&|c| c.signature_similarity.map(f64::from));
             let rrf = |weight: f64, rank: Option<&usize>| rank.map_or(0.0, |&r| weight / (k + r as f64 + 1.0));
             candidates
                 .keys()
                 .map(|id| {
                     (
                         *id,
-                        rrf(lexical, lexical_rank.get(id)) + rrf(semantic, semantic_rank.get(id)),
+                        rrf(w.lexical, lexical_rank.get(id))
+                            + rrf(w.semantic, semantic_rank.get(id))
+                            + rrf(w.signature, signature_rank.get(id)),
                     )
                 })
                 .collect()
@@ -1101,6 +1171,49 @@ fn three_sigma_range(scores: &[f64]) -> (f64, f64) {
     let mean = scores.iter().sum::<f64>() / n;
     let sigma = (scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n).sqrt();
     (mean - 3.0 * sigma, mean + 3.0 * sigma)
+}
+
+/// The rerank factor of each candidate whose signature vector is unusually
+/// near the query: `1 + SIGNATURE_WEIGHT * z` for a signature similarity `z`
+/// standard deviations above the candidates' mean (none at or below it).
+/// A question that describes a function names what its name and
+/// signature say; the whole-chunk vector dilutes that with the body.
+/// Maps a similarity to 0..1 by mean ± 3σ of the candidates' similarities of
+/// one kind. The scale comes from the usual pool: the deeper vector
+/// candidates are scored on it, but do not stretch it. A chunk without that
+/// vector (not embedded yet, or no signature) scores as an average candidate,
+/// so a file just edited is not buried while its vectors are computed.
+struct SpreadScale {
+    low: f64,
+    high: f64,
+    average: f64,
+}
+
+impl SpreadScale {
+    fn of(candidates: &HashMap<i64, Candidate>, similarity: impl Fn(&Candidate) -> Option<f32>) -> SpreadScale {
+        let similarities: Vec<f64> = candidates
+            .values()
+            .filter(|c| !c.deep)
+            .filter_map(|c| similarity(c).map(f64::from))
+            .collect();
+        let (low, high) = three_sigma_range(&similarities);
+        let mut scale = SpreadScale {
+            low,
+            high,
+            average: 0.0,
+        };
+        scale.average =
+            similarities.iter().map(|&s| scale.normalise(s)).sum::<f64>() / similarities.len().max(1) as f64;
+        scale
+    }
+
+    fn normalise(&self, similarity: f64) -> f64 {
+        ((similarity - self.low) / (self.high - self.low).max(1e-9)).clamp(0.0, 1.0)
+    }
+
+    fn score(&self, similarity: Option<f32>) -> f64 {
+        similarity.map_or(self.average, |s| self.normalise(f64::from(s)))
+    }
 }
 
 /// Adds to each candidate the BM25 share of the common terms that were left
@@ -1454,14 +1567,27 @@ mod tests {
             .unwrap(),
             Fusion::Rrf {
                 k: 20.0,
-                lexical: 2.0,
-                semantic: 1.0
+                weights: Weights {
+                    lexical: 2.0,
+                    semantic: 1.0,
+                    signature: 1.0
+                }
             }
+        );
+        assert_eq!(
+            Fusion::from_vars(vars(&[("KEN_FUSION_WEIGHTS", "1,0.5,0")])).unwrap(),
+            Fusion::Convex(Weights {
+                lexical: 1.0,
+                semantic: 0.5,
+                signature: 0.0
+            })
         );
         for bad in [
             &[("KEN_FUSION", "max")][..],
             &[("KEN_FUSION_WEIGHTS", "1")],
             &[("KEN_FUSION_WEIGHTS", "0,0")],
+            &[("KEN_FUSION_WEIGHTS", "1,1,-1")],
+            &[("KEN_FUSION_WEIGHTS", "1,1,1,1")],
             &[("KEN_FUSION", "rrf"), ("KEN_RRF_K", "-1")],
         ] {
             let err = Fusion::from_vars(vars(bad)).unwrap_err().to_string();
@@ -1524,6 +1650,40 @@ mod tests {
     }
 
     #[test]
+    fn a_signature_near_the_query_lifts_a_chunk_unless_its_weight_is_zero() {
+        // Two chunks equal on both sides; the second's name and signature are
+        // nearer the query. Three more give the similarities a spread.
+        let candidates: HashMap<i64, Candidate> = [
+            (1, 5.0, 0.5, 0.30),
+            (2, 5.0, 0.5, 0.70),
+            (3, 4.0, 0.4, 0.40),
+            (4, 3.0, 0.3, 0.35),
+            (5, 2.0, 0.2, 0.45),
+        ]
+        .into_iter()
+        .map(|(id, bm25, similarity, signature)| {
+            (
+                id,
+                Candidate {
+                    bm25,
+                    similarity: Some(similarity),
+                    signature_similarity: Some(signature),
+                    ..Candidate::default()
+                },
+            )
+        })
+        .collect();
+        let scores = fuse(&candidates, SearchMode::Hybrid, true, Fusion::default());
+        assert!(scores[&2] > scores[&1], "{scores:?}");
+        let without = Fusion::Convex(Weights {
+            signature: 0.0,
+            ..Weights::default()
+        });
+        let scores = fuse(&candidates, SearchMode::Hybrid, true, without);
+        assert_eq!(scores[&2], scores[&1]);
+    }
+
+    #[test]
     fn fusion_prefers_candidates_strong_on_both_sides() {
         let candidates: HashMap<i64, Candidate> = [
             (1, 10.0, Some(0.30)), // best lexically, weak semantically
@@ -1553,15 +1713,15 @@ mod tests {
         // RRF sees ranks only: 1 (ranks 1 and 3) edges out 2 (ranks 2 and 2).
         let rrf = best(Fusion::Rrf {
             k: 60.0,
-            lexical: 1.0,
-            semantic: 1.0,
+            weights: Weights::default(),
         });
         assert_eq!(rrf, vec![1, 2, 4, 3]);
         // All weight on one side is that side's order.
-        let lexical_only = Fusion::Convex {
+        let lexical_only = Fusion::Convex(Weights {
             lexical: 1.0,
             semantic: 0.0,
-        };
+            signature: 0.0,
+        });
         assert_eq!(best(lexical_only), vec![1, 2, 4, 3]);
         // A chunk without a vector yet counts as average on the vector side:
         // below an equally lexical chunk that is similar, above a dissimilar one.

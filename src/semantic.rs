@@ -36,7 +36,20 @@ pub struct EmbedReport {
     #[serde(default)]
     pub from_shared_cache: u64,
     pub vectors_in_index: u64,
+    /// Signature vectors embedded by this run (see [`signature_text`]).
+    #[serde(default)]
+    pub signatures_embedded: u64,
     pub seconds: f64,
+}
+
+impl EmbedReport {
+    /// One line for the terminal: what was embedded and what was re-used.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} new, {} re-used ({}), {} signatures, in {:.1} s",
+            self.embedded, self.reused, self.model, self.signatures_embedded, self.seconds
+        )
+    }
 }
 
 /// The text a chunk contributes: its symbols' names as words when the model's
@@ -81,6 +94,81 @@ pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The text of a chunk's signature vector: its names as lowercase words, then
+/// the line declaring each (the first line of code that names it; comments
+/// and attributes skipped). A question describing a function ("Reports
+/// whether b holds an ASCII uppercase byte") is often nearer its name and
+/// signature (`has upper`, `func hasUpper(b []byte) bool {`) than the whole
+/// chunk, whose vector the body dilutes. `None` for chunks without a name
+/// and for prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
+pub fn signature_text(symbol: Option<&str>, kind: &str, text: &str) -> Option<String> {
+    if matches!(kind, "text" | "section") {
+        return None;
+    }
+    let names: Vec<&str> = symbol?
+        .split(", ")
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .take(MAX_SIGNATURE_NAMES)
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let mut s = crate::lexical::spaced_identifiers(&names.join(", "))
+        .replace(['_', '-'], " ")
+        .to_lowercase();
+    let code = || {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !is_comment_or_attribute(l))
+    };
+    let mut declared = false;
+    for name in &names {
+        if let Some(line) = code().find(|l| l.contains(name)) {
+            s.push('\n');
+            s.push_str(prefix_chars(line, MAX_SIGNATURE_LINE_CHARS));
+            declared = true;
+        }
+    }
+    if !declared {
+        if let Some(line) = code().next() {
+            s.push('\n');
+            s.push_str(prefix_chars(line, MAX_SIGNATURE_LINE_CHARS));
+        }
+    }
+    Some(s)
+}
+
+/// Names of a packed chunk that its signature text spells out.
+const MAX_SIGNATURE_NAMES: usize = 4;
+/// Characters of a declaration line in a signature text.
+const MAX_SIGNATURE_LINE_CHARS: usize = 200;
+
+/// A trimmed line that is a comment, a doc comment or a Rust attribute or C
+/// preprocessor line other than a macro definition. (A Java annotation line
+/// can declare the method too: `@Override public int size() {`.)
+fn is_comment_or_attribute(line: &str) -> bool {
+    let macro_definition = line.starts_with("#define");
+    !macro_definition
+        && ["//", "/*", "*", "#", "--", "\"\"\"", "'''", ";"]
+            .iter()
+            .any(|p| line.starts_with(p))
+}
+
+/// At most `max` characters of `s`, cut on a character boundary.
+fn prefix_chars(s: &str, max: usize) -> &str {
+    s.char_indices().nth(max).map_or(s, |(end, _)| &s[..end])
+}
+
+/// The version of [`signature_text`]'s recipe.
+pub const SIGNATURE_TEXT_VERSION: u32 = 1;
+
+/// The id signature vectors are stored under, beside the chunk vectors of
+/// embedder `id` (same model, so a query vector compares with both).
+pub fn signature_model(id: &str) -> String {
+    format!("{}/sig{SIGNATURE_TEXT_VERSION}", cache_model(id))
+}
+
 /// The version of [`embedding_text`]'s recipe, part of every embedder id so
 /// vectors of an older recipe are never compared with new ones (they are
 /// re-embedded, as after a model change). 2: symbol names as words first;
@@ -114,71 +202,144 @@ pub fn embed_missing_until(
         "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
         [branch],
     )?;
-    let mut todo: Vec<(i64, String)> = {
-        let mut stmt = store.conn.prepare(
-            "SELECT t.hash, min(c.context), t.text, min(c.symbol) FROM chunks c
-             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             JOIN contents t ON t.hash = c.content_hash
-             WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
-             GROUP BY t.hash",
-        )?;
-        let rows = stmt.query_map(params![branch, model], |r| {
-            let context: Option<String> = r.get(1)?;
-            let text: String = r.get(2)?;
-            let symbol: Option<String> = r.get(3)?;
-            Ok((
-                r.get::<_, i64>(0)?,
-                embedding_text(context.as_deref(), symbol.as_deref(), &text),
-            ))
-        })?;
-        rows.collect::<rusqlite::Result<_>>()?
-    };
-    todo.sort_by_key(|(_, text)| text.len());
-    let mut progress = reporter.phase("embedding", "chunks", todo.len() as u64);
-    let mut embedded = 0u64;
-    let mut last_publish = Instant::now();
+    let chunks = missing(store, branch, &model, |context, symbol, _, text| {
+        Some(embedding_text(context, symbol, text))
+    })?;
     let shared = SharedCache::open();
-    let mut from_cache = 0u64;
-    let mut finished = true;
-    for batch in todo.chunks(embedder.preferred_batch().max(1)) {
-        if reporter.is_cancelled() || pause() {
-            finished = false;
-            break;
-        }
-        let (vectors, cached) = embed_batch(embedder, shared.as_ref(), batch)?;
-        from_cache += cached;
-        let tx = store.conn.transaction()?;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO embeddings (content_hash, model, vector) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (content_hash, model) DO NOTHING",
-            )?;
-            for ((hash, _), vector) in batch.iter().zip(&vectors) {
-                insert.execute(params![hash, model, vectors::encode(vector)])?;
+    let mut pass = EmbedPass {
+        store,
+        embedder,
+        model: &model,
+        shared: shared.as_ref(),
+        reporter,
+        pause,
+    };
+    let chunk_side = pass.run("embedding", &chunks, true)?;
+    // Signatures after the chunks: the chunk vectors make semantic search,
+    // the signature vectors only sharpen its ranking, and they are short.
+    let signature_model = signature_model(&model);
+    let signature_side = if chunk_side.finished {
+        pass.model = &signature_model;
+        let signatures = missing(pass.store, branch, &signature_model, |_, symbol, kind, text| {
+            signature_text(symbol, kind, text)
+        })
+        .and_then(|todo| pass.run("embedding signatures", &todo, false));
+        // The chunk vectors are committed and make semantic search; a
+        // provider failing now costs the signature side only. The pass counts
+        // as done (a watcher does not retry at once); the next run embeds
+        // what is missing.
+        signatures.unwrap_or_else(|e| {
+            tracing::warn!("signature vectors not computed: {e:#}");
+            PassCount {
+                finished: true,
+                ..PassCount::default()
             }
-        }
-        tx.commit()?;
-        embedded += batch.len() as u64 - cached;
-        progress.inc(batch.len() as u64);
-        // Publish what is done now and then, so searches meanwhile use it.
-        if last_publish.elapsed() >= PUBLISH_EVERY {
-            publish(store, embedder)?;
-            last_publish = Instant::now();
-        }
-    }
-    drop(progress);
+        })
+    } else {
+        PassCount::default()
+    };
     let in_index = publish(store, embedder)?;
     reporter.check_cancelled("embedding")?;
     let report = EmbedReport {
         model,
         contents,
-        embedded,
-        from_shared_cache: from_cache,
-        reused: contents.saturating_sub(embedded),
+        embedded: chunk_side.embedded,
+        from_shared_cache: chunk_side.from_cache,
+        reused: contents.saturating_sub(chunk_side.embedded),
         vectors_in_index: in_index as u64,
+        signatures_embedded: signature_side.embedded,
         seconds: started.elapsed().as_secs_f64(),
     };
-    Ok((report, finished))
+    Ok((report, chunk_side.finished && signature_side.finished))
+}
+
+/// The texts to embed for `model`: one per distinct content of the branch
+/// that has no vector of `model` yet and for which `text_of(context, symbol,
+/// kind, text)` gives one, shortest first (less padding per batch).
+fn missing(
+    store: &Store,
+    branch: &str,
+    model: &str,
+    text_of: impl Fn(Option<&str>, Option<&str>, &str, &str) -> Option<String>,
+) -> Result<Vec<(i64, String)>> {
+    let mut stmt = store.conn.prepare(
+        "SELECT t.hash, min(c.context), t.text, min(c.symbol), min(c.kind) FROM chunks c
+         JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+         JOIN contents t ON t.hash = c.content_hash
+         WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
+         GROUP BY t.hash",
+    )?;
+    let mut todo = Vec::new();
+    let mut rows = stmt.query(params![branch, model])?;
+    while let Some(r) = rows.next()? {
+        let context: Option<String> = r.get(1)?;
+        let text: String = r.get(2)?;
+        let symbol: Option<String> = r.get(3)?;
+        let kind: String = r.get(4)?;
+        if let Some(embedded) = text_of(context.as_deref(), symbol.as_deref(), &kind, &text) {
+            todo.push((r.get::<_, i64>(0)?, embedded));
+        }
+    }
+    todo.sort_by_key(|(_, text)| text.len());
+    Ok(todo)
+}
+
+/// One embedding pass over texts keyed by content hash, for one model id.
+struct EmbedPass<'a> {
+    store: &'a mut Store,
+    embedder: &'a dyn Embedder,
+    /// The id the vectors are stored under (the chunk or the signature id).
+    model: &'a str,
+    shared: Option<&'a SharedCache>,
+    reporter: &'a Reporter,
+    pause: &'a dyn Fn() -> bool,
+}
+
+#[derive(Default)]
+struct PassCount {
+    embedded: u64,
+    from_cache: u64,
+    finished: bool,
+}
+
+impl EmbedPass<'_> {
+    /// Embeds `todo` batch by batch, each committed as it finishes; with
+    /// `publish_now_and_then`, the vector file is brought up to date every
+    /// [`PUBLISH_EVERY`] so searches meanwhile use what is done.
+    fn run(&mut self, phase: &'static str, todo: &[(i64, String)], publish_now_and_then: bool) -> Result<PassCount> {
+        let mut progress = self.reporter.phase(phase, "chunks", todo.len() as u64);
+        let mut count = PassCount {
+            finished: true,
+            ..PassCount::default()
+        };
+        let mut last_publish = Instant::now();
+        for batch in todo.chunks(self.embedder.preferred_batch().max(1)) {
+            if self.reporter.is_cancelled() || (self.pause)() {
+                count.finished = false;
+                break;
+            }
+            let (vectors, cached) = embed_batch(self.embedder, self.model, self.shared, batch)?;
+            count.from_cache += cached;
+            let tx = self.store.conn.transaction()?;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO embeddings (content_hash, model, vector) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (content_hash, model) DO NOTHING",
+                )?;
+                for ((hash, _), vector) in batch.iter().zip(&vectors) {
+                    insert.execute(params![hash, self.model, vectors::encode(vector)])?;
+                }
+            }
+            tx.commit()?;
+            count.embedded += batch.len() as u64 - cached;
+            progress.inc(batch.len() as u64);
+            if publish_now_and_then && last_publish.elapsed() >= PUBLISH_EVERY {
+                publish(self.store, self.embedder)?;
+                last_publish = Instant::now();
+            }
+        }
+        Ok(count)
+    }
 }
 
 /// Vectors for a batch: from the shared cache where it has them, the rest
@@ -186,6 +347,7 @@ pub fn embed_missing_until(
 /// how many came from the cache.
 fn embed_batch(
     embedder: &dyn Embedder,
+    model: &str,
     shared: Option<&SharedCache>,
     batch: &[(i64, String)],
 ) -> Result<(Vec<Vec<f32>>, u64)> {
@@ -194,7 +356,7 @@ fn embed_batch(
         .map(|(_, t)| crate::store::content_hash(t.as_bytes()))
         .collect();
     let mut out: Vec<Option<Vec<f32>>> = match shared {
-        Some(cache) => keys.iter().map(|k| cache.get(embedder.id(), *k)).collect(),
+        Some(cache) => keys.iter().map(|k| cache.get(model, *k)).collect(),
         None => vec![None; batch.len()],
     };
     let missing: Vec<usize> = (0..batch.len()).filter(|&i| out[i].is_none()).collect();
@@ -204,7 +366,7 @@ fn embed_batch(
         let computed = embedder.embed(&texts, InputKind::Document)?;
         for (&i, vector) in missing.iter().zip(computed) {
             if let Some(cache) = shared {
-                cache.put(embedder.id(), keys[i], &vector);
+                cache.put(model, keys[i], &vector);
             }
             out[i] = Some(vector);
         }
@@ -383,6 +545,70 @@ mod tests {
         );
         assert_eq!(cache_model("openai:my/textual"), "openai:my/textual");
         assert_eq!(cache_model("all-MiniLM-L6-v2/256"), "all-MiniLM-L6-v2/256");
+    }
+
+    #[test]
+    fn a_signature_is_the_names_as_words_and_the_lines_declaring_them() {
+        let cases: &[(Option<&str>, &str, &str, Option<&str>)] = &[
+            // Doc comments naming the function are skipped.
+            (
+                Some("hasUpper"),
+                "function",
+                "// hasUpper reports whether b holds an upper-case byte.\nfunc hasUpper(b []byte) bool {\n\treturn false\n}",
+                Some("has upper\nfunc hasUpper(b []byte) bool {"),
+            ),
+            // So are attributes; a Java annotation line that declares the method is kept.
+            (
+                Some("find_short"),
+                "function",
+                "/// Finds the flag.\n#[inline]\npub fn find_short(&self, c: u8) -> Option<&Flag> {\n    None\n}",
+                Some("find short\npub fn find_short(&self, c: u8) -> Option<&Flag> {"),
+            ),
+            (
+                Some("size"),
+                "method",
+                "@Override public int size() {\n    return n;\n}",
+                Some("size\n@Override public int size() {"),
+            ),
+            // A packed chunk: every name, each with its own line.
+            (
+                Some("get_x, set_x"),
+                "method",
+                "fn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }",
+                Some("get x, set x\nfn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }"),
+            ),
+            // C macros are declarations, not preprocessor noise.
+            (Some("MAX_LEN"), "macro", "#define MAX_LEN 64", Some("max len\n#define MAX_LEN 64")),
+            // No name, or prose: no signature vector.
+            (None, "module", "x = 1", None),
+            (Some("Install"), "section", "## Install\nrun it", None),
+            // A name no code line spells takes the first line of code.
+            (
+                Some("anonymous"),
+                "function",
+                "// c\n(x) => x + 1",
+                Some("anonymous\n(x) => x + 1"),
+            ),
+        ];
+        for &(symbol, kind, text, expected) in cases {
+            assert_eq!(signature_text(symbol, kind, text).as_deref(), expected, "{text}");
+        }
+        // Long declaration lines are cut on a character boundary.
+        let long = format!("fn f({}) {{}}", "é".repeat(300));
+        let text = signature_text(Some("f"), "function", &long).unwrap();
+        assert_eq!(text.lines().nth(1).unwrap().chars().count(), MAX_SIGNATURE_LINE_CHARS);
+    }
+
+    #[test]
+    fn signature_vectors_have_their_own_id_beside_the_chunk_vectors() {
+        assert_eq!(
+            signature_model("all-MiniLM-L6-v2/256/text3"),
+            "all-MiniLM-L6-v2/256/sig1"
+        );
+        assert_eq!(
+            signature_model("openai:text-embedding-3-small@256/text3"),
+            "openai:text-embedding-3-small@256/sig1"
+        );
     }
 
     #[test]

@@ -472,3 +472,77 @@ fn a_second_clone_takes_its_vectors_from_the_shared_cache() {
     assert_eq!(second["embedding"]["from_shared_cache"].as_u64(), Some(n), "{second}");
     assert!(semantic_top(&b, "reject credentials that are too old").contains(&"check_expiry".to_string()));
 }
+
+/// A module of byte helpers: the first has no doc comment; the others do, and
+/// two of them share most words of the question asked about the first.
+fn byte_helpers() -> String {
+    let documented = [
+        ("count_ascii", "data", "Reports how many bytes of the data are ASCII, so a caller knows what the byte string holds.", "n = 0\n    for c in data:\n        if c < 128:\n            n += 1\n    return n"),
+        ("strip_nul", "data", "Removes trailing NUL bytes from a buffer.", "end = len(data)\n    while end and data[end - 1] == 0:\n        end -= 1\n    return data[:end]"),
+        ("to_hex", "data", "Formats bytes as lowercase hexadecimal digits.", "out = []\n    for c in data:\n        out.append(\"%02x\" % c)\n    return \"\".join(out)"),
+        ("join_lines", "lines", "Joins byte lines with newlines.", "out = b\"\"\n    for line in lines:\n        out += line + b\"\\n\"\n    return out"),
+        ("is_printable", "data", "Reports whether every byte of the data is a printable ASCII character.", "for c in data:\n        if not 32 <= c < 127:\n            return False\n    return True"),
+        ("checksum", "data", "Adds up the bytes modulo 256.", "total = 0\n    for c in data:\n        total = (total + c) % 256\n    return total"),
+        ("swap_case", "data", "Holds the data with upper and lower case letters exchanged.", "out = bytearray()\n    for c in data:\n        out.append(c ^ 32 if 65 <= c <= 90 or 97 <= c <= 122 else c)\n    return bytes(out)"),
+    ];
+    let mut src = String::from(
+        "def has_upper(b):\n    found = False\n    for c in b:\n        if 65 <= c <= 90:\n            found = True\n            break\n    return found\n",
+    );
+    for (name, arg, doc, body) in documented {
+        src.push_str(&format!("\n\ndef {name}({arg}):\n    \"\"\"{doc}\"\"\"\n    {body}\n"));
+    }
+    src
+}
+
+#[test]
+fn signature_vectors_find_the_undocumented_function_a_question_describes() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "bytes.py", &byte_helpers());
+    let first = index_json(root);
+    let contents = first["embedding"]["contents"].as_u64().unwrap();
+    // Every chunk here is a named definition: each has a signature vector,
+    // stored beside its chunk vector under its own id, and never embedded twice.
+    assert_eq!(
+        first["embedding"]["signatures_embedded"].as_u64(),
+        Some(contents),
+        "{first}"
+    );
+    let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let stored: i64 = db
+        .query_row(
+            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored as u64, contents);
+    let again = index_json(root);
+    assert_eq!(again["embedding"]["signatures_embedded"], 0, "{again}");
+
+    // The documented neighbours say the question's words; `has_upper`'s name
+    // and signature say what it asks.
+    let question = "Reports whether b holds an ASCII uppercase byte.";
+    let top3 = |weights: Option<&str>| -> Vec<String> {
+        let mut cmd = Command::new(ken_bin());
+        cmd.args(["search", "--json", "-k", "3", question])
+            .current_dir(root)
+            .env("KEN_SHARED_CACHE", "0");
+        if let Some(w) = weights {
+            cmd.env("KEN_FUSION_WEIGHTS", w);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        hits.iter()
+            .map(|h| h["symbol"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert!(top3(None).contains(&"has_upper".to_string()), "{:?}", top3(None));
+    let without_signatures = top3(Some("1,1,0"));
+    assert!(
+        !without_signatures.contains(&"has_upper".to_string()),
+        "{without_signatures:?}"
+    );
+}
