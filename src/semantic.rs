@@ -94,14 +94,15 @@ pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The text of a chunk's signature vector: its names as lowercase words, then
-/// the line declaring each (the first line of code that names it; comments
-/// and attributes skipped). A question describing a function ("Reports
-/// whether b holds an ASCII uppercase byte") is often nearer its name and
-/// signature (`has upper`, `func hasUpper(b []byte) bool {`) than the whole
-/// chunk, whose vector the body dilutes. `None` for chunks without a name
-/// and for prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
-pub fn signature_text(symbol: Option<&str>, kind: &str, text: &str) -> Option<String> {
+/// The text of a chunk's signature vector: its names as lowercase words, the
+/// innermost enclosing signature (the class of a method), then the line
+/// declaring each name (the first line of code that names it; comments and
+/// attributes skipped). A question describing a function ("Reports whether
+/// b holds an ASCII uppercase byte") is often nearer its name and signature
+/// (`has upper`, `func hasUpper(b []byte) bool {`) than the whole chunk,
+/// whose vector the body dilutes. `None` for chunks without a name and for
+/// prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
+pub fn signature_text(context: Option<&str>, symbol: Option<&str>, kind: &str, text: &str) -> Option<String> {
     if matches!(kind, "text" | "section") {
         return None;
     }
@@ -117,6 +118,10 @@ pub fn signature_text(symbol: Option<&str>, kind: &str, text: &str) -> Option<St
     let mut s = crate::lexical::spaced_identifiers(&names.join(", "))
         .replace(['_', '-'], " ")
         .to_lowercase();
+    if let Some(container) = context.and_then(|c| c.lines().last()) {
+        s.push('\n');
+        s.push_str(prefix_chars(container.trim(), MAX_SIGNATURE_LINE_CHARS));
+    }
     let code = || {
         text.lines()
             .map(str::trim)
@@ -160,8 +165,8 @@ fn prefix_chars(s: &str, max: usize) -> &str {
     s.char_indices().nth(max).map_or(s, |(end, _)| &s[..end])
 }
 
-/// The version of [`signature_text`]'s recipe.
-pub const SIGNATURE_TEXT_VERSION: u32 = 1;
+/// The version of [`signature_text`]'s recipe. 2: with the enclosing signature.
+pub const SIGNATURE_TEXT_VERSION: u32 = 2;
 
 /// The id signature vectors are stored under, beside the chunk vectors of
 /// embedder `id` (same model, so a query vector compares with both).
@@ -220,8 +225,8 @@ pub fn embed_missing_until(
     let signature_model = signature_model(&model);
     let signature_side = if chunk_side.finished {
         pass.model = &signature_model;
-        let signatures = missing(pass.store, branch, &signature_model, |_, symbol, kind, text| {
-            signature_text(symbol, kind, text)
+        let signatures = missing(pass.store, branch, &signature_model, |context, symbol, kind, text| {
+            signature_text(context, symbol, kind, text)
         })
         .and_then(|todo| pass.run("embedding signatures", &todo, false));
         // The chunk vectors are committed and make semantic search; a
@@ -419,14 +424,19 @@ impl SharedCache {
     }
 }
 
-/// The shared cache's model key: the embedder id without the chunk-text
-/// recipe's version (`/text3`). The cache is keyed by the exact text embedded,
-/// so after a recipe change the chunks whose text did not change keep their vectors.
+/// The shared cache's model key: the embedder id without the version of the
+/// chunk-text or signature recipe (`/text3`, `/sig2`). The cache is keyed by
+/// the exact text embedded, so after a recipe change the texts that did not
+/// change keep their vectors.
 fn cache_model(id: &str) -> &str {
-    match id.rsplit_once("/text") {
-        Some((model, version)) if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) => model,
-        _ => id,
+    for recipe in ["/text", "/sig"] {
+        if let Some((model, version)) = id.rsplit_once(recipe) {
+            if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) {
+                return model;
+            }
+        }
     }
+    id
 }
 
 /// How often a long embedding pass makes its vectors searchable.
@@ -537,21 +547,26 @@ mod tests {
     }
 
     #[test]
-    fn the_shared_cache_key_leaves_out_the_chunk_text_version() {
+    fn the_shared_cache_key_leaves_out_the_recipe_version() {
         assert_eq!(cache_model("all-MiniLM-L6-v2/256/text3"), "all-MiniLM-L6-v2/256");
         assert_eq!(
             cache_model("openai:text-embedding-3-small@256/text3"),
             "openai:text-embedding-3-small@256"
         );
         assert_eq!(cache_model("openai:my/textual"), "openai:my/textual");
+        assert_eq!(cache_model("all-MiniLM-L6-v2/256/sig2"), "all-MiniLM-L6-v2/256");
+        assert_eq!(cache_model("openai:my/signal"), "openai:my/signal");
         assert_eq!(cache_model("all-MiniLM-L6-v2/256"), "all-MiniLM-L6-v2/256");
     }
 
     #[test]
     fn a_signature_is_the_names_as_words_and_the_lines_declaring_them() {
-        let cases: &[(Option<&str>, &str, &str, Option<&str>)] = &[
+        // (context, symbol, kind, text, signature text)
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, &'a str, &'a str, Option<&'a str>);
+        let cases: &[Case] = &[
             // Doc comments naming the function are skipped.
             (
+                None,
                 Some("hasUpper"),
                 "function",
                 "// hasUpper reports whether b holds an upper-case byte.\nfunc hasUpper(b []byte) bool {\n\treturn false\n}",
@@ -559,12 +574,14 @@ mod tests {
             ),
             // So are attributes; a Java annotation line that declares the method is kept.
             (
+                None,
                 Some("find_short"),
                 "function",
                 "/// Finds the flag.\n#[inline]\npub fn find_short(&self, c: u8) -> Option<&Flag> {\n    None\n}",
                 Some("find short\npub fn find_short(&self, c: u8) -> Option<&Flag> {"),
             ),
             (
+                None,
                 Some("size"),
                 "method",
                 "@Override public int size() {\n    return n;\n}",
@@ -572,30 +589,44 @@ mod tests {
             ),
             // A packed chunk: every name, each with its own line.
             (
+                None,
                 Some("get_x, set_x"),
                 "method",
                 "fn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }",
                 Some("get x, set x\nfn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }"),
             ),
             // C macros are declarations, not preprocessor noise.
-            (Some("MAX_LEN"), "macro", "#define MAX_LEN 64", Some("max len\n#define MAX_LEN 64")),
+            (None, Some("MAX_LEN"), "macro", "#define MAX_LEN 64", Some("max len\n#define MAX_LEN 64")),
             // No name, or prose: no signature vector.
-            (None, "module", "x = 1", None),
-            (Some("Install"), "section", "## Install\nrun it", None),
+            (None, None, "module", "x = 1", None),
+            (None, Some("Install"), "section", "## Install\nrun it", None),
             // A name no code line spells takes the first line of code.
             (
+                None,
                 Some("anonymous"),
                 "function",
                 "// c\n(x) => x + 1",
                 Some("anonymous\n(x) => x + 1"),
             ),
+            // A method: the innermost enclosing signature after the names.
+            (
+                Some("public final class Range {\n    public static class AttributeRange {"),
+                Some("isTracked"),
+                "method",
+                "public boolean isTracked() {\n    return tracked;\n}",
+                Some("is tracked\npublic static class AttributeRange {\npublic boolean isTracked() {"),
+            ),
         ];
-        for &(symbol, kind, text, expected) in cases {
-            assert_eq!(signature_text(symbol, kind, text).as_deref(), expected, "{text}");
+        for &(context, symbol, kind, text, expected) in cases {
+            assert_eq!(
+                signature_text(context, symbol, kind, text).as_deref(),
+                expected,
+                "{text}"
+            );
         }
         // Long declaration lines are cut on a character boundary.
         let long = format!("fn f({}) {{}}", "é".repeat(300));
-        let text = signature_text(Some("f"), "function", &long).unwrap();
+        let text = signature_text(None, Some("f"), "function", &long).unwrap();
         assert_eq!(text.lines().nth(1).unwrap().chars().count(), MAX_SIGNATURE_LINE_CHARS);
     }
 
@@ -603,11 +634,11 @@ mod tests {
     fn signature_vectors_have_their_own_id_beside_the_chunk_vectors() {
         assert_eq!(
             signature_model("all-MiniLM-L6-v2/256/text3"),
-            "all-MiniLM-L6-v2/256/sig1"
+            "all-MiniLM-L6-v2/256/sig2"
         );
         assert_eq!(
             signature_model("openai:text-embedding-3-small@256/text3"),
-            "openai:text-embedding-3-small@256/sig1"
+            "openai:text-embedding-3-small@256/sig2"
         );
     }
 

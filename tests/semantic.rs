@@ -512,7 +512,7 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
     let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
     let stored: i64 = db
         .query_row(
-            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig1'",
+            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig2'",
             [],
             |r| r.get(0),
         )
