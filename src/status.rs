@@ -36,6 +36,8 @@ pub struct Status {
     pub embedding_coverage: f64,
     pub embedded_contents: u64,
     pub distinct_contents: u64,
+    /// This branch's contents with a signature vector (named definitions only).
+    pub signature_vectors: u64,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
     pub freshness: crate::freshness::Freshness,
 }
@@ -52,14 +54,20 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
         [&branch],
     )?;
-    let embedded_contents = match &embedding_model {
-        Some(model) => store::count(
+    let vectors_of = |model: &str| {
+        store::count(
             &store.conn,
             "SELECT count(*) FROM embeddings e WHERE e.model = ?2 AND e.content_hash IN
                  (SELECT c.content_hash FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1)",
             rusqlite::params![branch, model],
-        )?,
-        None => 0,
+        )
+    };
+    let (embedded_contents, signature_vectors) = match &embedding_model {
+        Some(model) => (
+            vectors_of(model)?,
+            vectors_of(&crate::semantic::signature_model(model))?,
+        ),
+        None => (0, 0),
     };
     let last: Option<IndexReport> = store
         .meta("last_index_report")?
@@ -88,6 +96,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         embedding_model,
         embedded_contents,
         distinct_contents,
+        signature_vectors,
     })
 }
 
@@ -122,9 +131,10 @@ impl Status {
             Some(model) => {
                 let _ = writeln!(
                     out,
-                    "  embeddings:   {:.1}% of {} contents ({model})",
+                    "  embeddings:   {:.1}% of {} contents ({model}), {} signatures",
                     self.embedding_coverage * 100.0,
-                    self.distinct_contents
+                    self.distinct_contents,
+                    self.signature_vectors
                 );
             }
             None => {

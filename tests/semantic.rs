@@ -520,6 +520,8 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
     assert_eq!(stored as u64, contents);
     let again = index_json(root);
     assert_eq!(again["embedding"]["signatures_embedded"], 0, "{again}");
+    let status = ken_json(root, &["status", "--json"]);
+    assert_eq!(status["signature_vectors"].as_u64(), Some(contents), "{status}");
 
     // The documented neighbours say the question's words; `has_upper`'s name
     // and signature say what it asks.
