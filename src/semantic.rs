@@ -181,6 +181,7 @@ pub fn signature_model(id: &str) -> String {
 pub const CHUNK_TEXT_VERSION: u32 = 3;
 
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
+/// the signatures of its named chunks that lack one ([`signature_text`]), and
 /// brings the vector index file up to date.
 pub fn embed_missing(
     store: &mut Store,
