@@ -20,7 +20,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -d "$work/cases" ] || { echo "no eval cases in $work: run $eval_dir/build.py first (see its README)" >&2; exit 2; }
-bin="${CARGO_TARGET_DIR:-$here/target}/release/ken"
+# Cargo's own answer for the target dir (CARGO_TARGET_DIR, a config file, or ./target).
+target_dir="$(cd "$here" && cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+bin="$target_dir/release/ken"
 [ -x "$bin" ] || (cd "$here" && cargo build --release)
 # A private copy: rebuilding ken while the eval runs must not change the binary mid-run.
 cp "$bin" "$work/ken-under-test"

@@ -22,6 +22,18 @@ fn embeddings(root: &Path) -> i64 {
         .unwrap()
 }
 
+/// Chunk vectors and signature vectors in the index.
+fn vectors_by_side(root: &Path) -> (i64, i64) {
+    let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    conn.query_row(
+        "SELECT count(*) FILTER (WHERE model NOT LIKE '%/sig%'), count(*) FILTER (WHERE model LIKE '%/sig%')
+         FROM embeddings",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
+}
+
 fn symbols(root: &Path, query: &str) -> Vec<String> {
     search(root, query, 10)
         .iter()
@@ -187,14 +199,20 @@ fn a_kill_during_indexing_or_embedding_loses_no_committed_work() {
                 .all(|f| f["severity"] != "error" || f["check"] == "vector_file"),
             "after a kill at {kill_after_ms} ms: {report}"
         );
-        let before = embeddings(root);
+        let (before, signatures_before) = vectors_by_side(root);
         let r = ken_json(root, &["index", "--json"]);
         assert_eq!(r["files"], 150, "{r}");
         let contents = r["embedding"]["contents"].as_i64().unwrap();
-        // Only what was not committed before the kill is embedded again.
+        // Only what was not committed before the kill is embedded again,
+        // chunk vectors and signature vectors (every chunk here is a function).
         assert_eq!(
             r["embedding"]["embedded"].as_i64().unwrap(),
             contents - before,
+            "after a kill at {kill_after_ms} ms: {r}"
+        );
+        assert_eq!(
+            r["embedding"]["signatures_embedded"].as_i64().unwrap(),
+            contents - signatures_before,
             "after a kill at {kill_after_ms} ms: {r}"
         );
         if before > 0 && before < contents {
