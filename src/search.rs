@@ -1173,11 +1173,6 @@ fn three_sigma_range(scores: &[f64]) -> (f64, f64) {
     (mean - 3.0 * sigma, mean + 3.0 * sigma)
 }
 
-/// The rerank factor of each candidate whose signature vector is unusually
-/// near the query: `1 + SIGNATURE_WEIGHT * z` for a signature similarity `z`
-/// standard deviations above the candidates' mean (none at or below it).
-/// A question that describes a function names what its name and
-/// signature say; the whole-chunk vector dilutes that with the body.
 /// Maps a similarity to 0..1 by mean ± 3σ of the candidates' similarities of
 /// one kind. The scale comes from the usual pool: the deeper vector
 /// candidates are scored on it, but do not stretch it. A chunk without that
