@@ -208,7 +208,7 @@ pub fn embed_missing_until(
         "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
         [branch],
     )?;
-    let chunks = missing(store, branch, &model, |context, symbol, _, text| {
+    let chunks = missing(store, branch, &model, false, |context, symbol, _, text| {
         Some(embedding_text(context, symbol, text))
     })?;
     let shared = SharedCache::open();
@@ -226,10 +226,8 @@ pub fn embed_missing_until(
     let signature_model = signature_model(&model);
     let signature_side = if chunk_side.finished {
         pass.model = &signature_model;
-        let signatures = missing(pass.store, branch, &signature_model, |context, symbol, kind, text| {
-            signature_text(context, symbol, kind, text)
-        })
-        .and_then(|todo| pass.run("embedding signatures", &todo, false));
+        let signatures = missing(pass.store, branch, &signature_model, true, signature_text)
+            .and_then(|todo| pass.run("embedding signatures", &todo, false));
         // The chunk vectors are committed and make semantic search; a
         // provider failing now costs the signature side only. The pass counts
         // as done (a watcher does not retry at once); the next run embeds
@@ -260,23 +258,28 @@ pub fn embed_missing_until(
 }
 
 /// The texts to embed for `model`: one per distinct content of the branch
-/// that has no vector of `model` yet and for which `text_of(context, symbol,
-/// kind, text)` gives one, shortest first (less padding per batch).
+/// that has no vector of `model` yet (of a named chunk, with `named_only`)
+/// and for which `text_of(context, symbol, kind, text)` gives one, shortest
+/// first (less padding per batch).
 fn missing(
     store: &Store,
     branch: &str,
     model: &str,
+    named_only: bool,
     text_of: impl Fn(Option<&str>, Option<&str>, &str, &str) -> Option<String>,
 ) -> Result<Vec<(i64, String)>> {
+    // Unnamed chunks never get a signature: not reading their text keeps a
+    // run with nothing to do cheap.
     let mut stmt = store.conn.prepare(
         "SELECT t.hash, min(c.context), t.text, min(c.symbol), min(c.kind) FROM chunks c
          JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
          JOIN contents t ON t.hash = c.content_hash
          WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
+           AND (NOT ?3 OR c.symbol IS NOT NULL)
          GROUP BY t.hash",
     )?;
     let mut todo = Vec::new();
-    let mut rows = stmt.query(params![branch, model])?;
+    let mut rows = stmt.query(params![branch, model, named_only])?;
     while let Some(r) = rows.next()? {
         let context: Option<String> = r.get(1)?;
         let text: String = r.get(2)?;
