@@ -163,7 +163,7 @@ struct Candidate {
     /// Cosine similarity to the query, when the vector side found the chunk.
     similarity: Option<f32>,
     /// Cosine similarity of the chunk's signature vector to the query
-    /// (`semantic::signature_text`), when it has one.
+    /// (the nearest of `semantic::signature_texts`), when it has one.
     signature_similarity: Option<f32>,
     exact_symbol: bool,
     /// Found only by the vector side, below the lexical side's depth.
@@ -195,7 +195,7 @@ pub enum SearchMode {
 type Neighbours = Vec<(i64, f32)>;
 
 /// How hybrid search combines the lexical side, the vector side and the
-/// signature vectors (`semantic::signature_text`). Every candidate of either
+/// signature vectors (`semantic::signature_texts`). Every candidate of either
 /// side is scored on all three (a lexical candidate's similarities come from
 /// its stored vectors), then:
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -708,7 +708,7 @@ impl Searcher {
             hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, intent);
             // Tests quote the calls and flags of the issue they reproduce:
             // there a verbatim match says little about where the code is.
-            if quotes_fragment(hit, fragments) && (intent.tests || !is_test_path(&hit.path)) {
+            if quotes_fragment(hit, fragments) && (intent.tests || !is_test_code(hit)) {
                 hit.score *= FRAGMENT_FACTOR;
             }
             if names_said && says_name(hit, &q) {
@@ -1049,7 +1049,11 @@ impl Searcher {
                 candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
             }
             if let (Some(blob), Some((_, query))) = (signature, signatures_from) {
-                candidate.signature_similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
+                // One vector per name of the chunk, end to end: the nearest counts.
+                candidate.signature_similarity = crate::vectors::decode(&blob)
+                    .chunks_exact(query.len().max(1))
+                    .map(|v| crate::embed::cosine(query, v))
+                    .reduce(f32::max);
             }
             hits.push(hit);
         }
@@ -1277,6 +1281,24 @@ pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
         .compile_matcher())
 }
 
+/// Test code: a test file, or a test module inside a source file (Rust's
+/// `#[cfg(test)] mod tests`, whose chunks share the file of the code they test).
+fn is_test_code(hit: &SearchHit) -> bool {
+    is_test_path(&hit.path) || hit.context.as_deref().is_some_and(is_test_module_context)
+}
+
+/// Whether one of the enclosing signatures opens a test module (`mod tests {`).
+fn is_test_module_context(context: &str) -> bool {
+    context.lines().any(|line| {
+        let line = line.trim_start();
+        let line = line.strip_prefix("pub ").unwrap_or(line);
+        line.strip_prefix("mod ").is_some_and(|rest| {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            name == "test" || name == "tests" || name.starts_with("test_") || name.ends_with("_tests")
+        })
+    })
+}
+
 fn is_test_path(path: &str) -> bool {
     let p = path.to_ascii_lowercase();
     p.split('/').any(|seg| {
@@ -1322,7 +1344,7 @@ fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f6
     if changelog && !intent.changelog {
         f *= CHANGELOG_FACTOR;
     }
-    if is_test_path(&hit.path) {
+    if is_test_code(hit) {
         f *= if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR };
     }
     f
@@ -1350,7 +1372,22 @@ fn quotes_fragment(hit: &SearchHit, fragments: &[String]) -> bool {
     let text = hit.content.split_whitespace().collect::<Vec<_>>().join(" ");
     fragments
         .iter()
-        .any(|f| text.contains(f.as_str()) || fragment_names_path(f, &hit.path))
+        .any(|f| contains_whole(&text, f) || fragment_names_path(f, &hit.path))
+}
+
+/// Whether `text` holds `fragment` not as part of a longer name: the quoted
+/// `pytest.mark.skip` is not in `pytest.mark.skipif`, `get(` is not in `target(`.
+fn contains_whole(text: &str, fragment: &str) -> bool {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
+    let starts_with_name = fragment.chars().next().is_some_and(is_name_char);
+    let ends_with_name = fragment.chars().next_back().is_some_and(is_name_char);
+    text.match_indices(fragment).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + fragment.len()..].chars().next();
+        let joins_before = starts_with_name && before.is_some_and(is_name_char);
+        let joins_after = ends_with_name && after.is_some_and(is_name_char);
+        !(joins_before || joins_after)
+    })
 }
 
 /// Whether `fragment` names the file at `path`: a path suffix (`flask/app.py`,
@@ -1746,6 +1783,20 @@ mod tests {
     }
 
     #[test]
+    fn a_quoted_fragment_matches_only_whole_names() {
+        assert!(contains_whole("use pytest.mark.skip here", "pytest.mark.skip"));
+        assert!(contains_whole("@pytest.mark.skip(reason=x)", "pytest.mark.skip"));
+        assert!(!contains_whole("use the pytest.mark.skipif marker", "pytest.mark.skip"));
+        assert!(!contains_whole("mypytest.mark.skip", "pytest.mark.skip"));
+        assert!(contains_whole("x = builtin_str(method)", "builtin_str(method)"));
+        // Punctuation at the fragment's edge needs no boundary.
+        assert!(contains_whole("self.get(key)", ".get("));
+        assert!(contains_whole("--jobs=0 -v", "--jobs=0"));
+        assert!(!contains_whole("--jobs=01", "--jobs=0"));
+        assert!(contains_whole("é--runxfail", "--runxfail"));
+    }
+
+    #[test]
     fn fragments_name_files_by_path_suffix_or_module() {
         for (fragment, path) in [
             ("src/flask/app.py", "src/flask/app.py"),
@@ -1792,6 +1843,26 @@ mod tests {
         assert!(is_test_path("src/app.spec.ts"));
         assert!(is_test_path("src/testing/x.rs"));
         assert!(!is_test_path("src/contest.rs"));
+    }
+
+    #[test]
+    fn a_test_module_inside_a_source_file_is_test_code() {
+        let hit = |path: &str, context: Option<&str>| SearchHit {
+            path: path.into(),
+            context: context.map(str::to_string),
+            ..SearchHit::default()
+        };
+        assert!(is_test_code(&hit("src/standard.rs", Some("mod tests {"))));
+        assert!(is_test_code(&hit(
+            "src/a.rs",
+            Some("pub mod tests {\n    impl Fixture {")
+        )));
+        assert!(is_test_code(&hit("src/a.rs", Some("mod parser_tests {"))));
+        assert!(is_test_code(&hit("tests/it.rs", None)));
+        assert!(!is_test_code(&hit("src/a.rs", Some("impl StandardBuilder {"))));
+        assert!(!is_test_code(&hit("src/a.rs", Some("mod testimony {"))));
+        assert!(!is_test_code(&hit("src/a.rs", Some("mod attestation {"))));
+        assert!(!is_test_code(&hit("src/a.rs", None)));
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct EmbedReport {
     #[serde(default)]
     pub from_shared_cache: u64,
     pub vectors_in_index: u64,
-    /// Signature vectors embedded by this run (see [`signature_text`]).
+    /// Signature vectors embedded by this run (see [`signature_texts`]).
     #[serde(default)]
     pub signatures_embedded: u64,
     pub seconds: f64,
@@ -94,57 +94,53 @@ pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The text of a chunk's signature vector: its names as lowercase words, the
-/// innermost enclosing signature (the class of a method), then the line
-/// declaring each name (the first line of code that names it; comments and
-/// attributes skipped). A question describing a function ("Reports whether
-/// b holds an ASCII uppercase byte") is often nearer its name and signature
-/// (`has upper`, `func hasUpper(b []byte) bool {`) than the whole chunk,
-/// whose vector the body dilutes. `None` for chunks without a name and for
-/// prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
-pub fn signature_text(context: Option<&str>, symbol: Option<&str>, kind: &str, text: &str) -> Option<String> {
+/// The texts of a chunk's signature vector, one per name it defines (up to
+/// [`MAX_SIGNATURE_NAMES`]): the name as lowercase words, the innermost
+/// enclosing signature (the class of a method), then the line declaring it
+/// (the first line of code that names it; comments and attributes skipped). A
+/// question describing a function ("Reports whether b holds an ASCII
+/// uppercase byte") is often nearer its name and signature (`has upper`,
+/// `func hasUpper(b []byte) bool {`) than the whole chunk, whose vector the
+/// body dilutes; and in a chunk packing several small definitions, nearer
+/// the one it describes than all of them together. Empty for chunks without
+/// a name and for prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
+pub fn signature_texts(context: Option<&str>, symbol: Option<&str>, kind: &str, text: &str) -> Vec<String> {
     if matches!(kind, "text" | "section") {
-        return None;
+        return Vec::new();
     }
-    let names: Vec<&str> = symbol?
-        .split(", ")
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .take(MAX_SIGNATURE_NAMES)
-        .collect();
-    if names.is_empty() {
-        return None;
-    }
-    let mut s = crate::lexical::spaced_identifiers(&names.join(", "))
-        .replace(['_', '-'], " ")
-        .to_lowercase();
-    if let Some(container) = context.and_then(|c| c.lines().last()) {
-        s.push('\n');
-        s.push_str(prefix_chars(container.trim(), MAX_SIGNATURE_LINE_CHARS));
-    }
+    let Some(symbol) = symbol else {
+        return Vec::new();
+    };
+    let container = context.and_then(|c| c.lines().last()).map(str::trim);
     let code = || {
         text.lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !is_comment_or_attribute(l))
     };
-    let mut declared = false;
-    for name in &names {
-        if let Some(line) = code().find(|l| l.contains(name)) {
-            s.push('\n');
-            s.push_str(prefix_chars(line, MAX_SIGNATURE_LINE_CHARS));
-            declared = true;
-        }
-    }
-    if !declared {
-        if let Some(line) = code().next() {
-            s.push('\n');
-            s.push_str(prefix_chars(line, MAX_SIGNATURE_LINE_CHARS));
-        }
-    }
-    Some(s)
+    symbol
+        .split(", ")
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .take(MAX_SIGNATURE_NAMES)
+        .map(|name| {
+            let mut s = crate::lexical::spaced_identifiers(name)
+                .replace(['_', '-'], " ")
+                .to_lowercase();
+            if let Some(container) = container {
+                s.push('\n');
+                s.push_str(prefix_chars(container, MAX_SIGNATURE_LINE_CHARS));
+            }
+            // A name no code line spells (an anonymous function) takes the first line of code.
+            if let Some(line) = code().find(|l| l.contains(name)).or_else(|| code().next()) {
+                s.push('\n');
+                s.push_str(prefix_chars(line, MAX_SIGNATURE_LINE_CHARS));
+            }
+            s
+        })
+        .collect()
 }
 
-/// Names of a packed chunk that its signature text spells out.
+/// Names of a packed chunk that get a signature of their own.
 const MAX_SIGNATURE_NAMES: usize = 4;
 /// Characters of a declaration line in a signature text.
 const MAX_SIGNATURE_LINE_CHARS: usize = 200;
@@ -165,8 +161,9 @@ fn prefix_chars(s: &str, max: usize) -> &str {
     s.char_indices().nth(max).map_or(s, |(end, _)| &s[..end])
 }
 
-/// The version of [`signature_text`]'s recipe. 2: with the enclosing signature.
-pub const SIGNATURE_TEXT_VERSION: u32 = 2;
+/// The version of [`signature_texts`]' recipe. 2: with the enclosing
+/// signature; 3: one signature per name of a packed chunk.
+pub const SIGNATURE_TEXT_VERSION: u32 = 3;
 
 /// The id signature vectors are stored under, beside the chunk vectors of
 /// embedder `id` (same model, so a query vector compares with both).
@@ -181,7 +178,7 @@ pub fn signature_model(id: &str) -> String {
 pub const CHUNK_TEXT_VERSION: u32 = 3;
 
 /// Embeds the branch's chunk contents that lack a vector for `embedder`, then
-/// the signatures of its named chunks that lack one ([`signature_text`]), and
+/// the signatures of its named chunks that lack one ([`signature_texts`]), and
 /// brings the vector index file up to date.
 pub fn embed_missing(
     store: &mut Store,
@@ -209,7 +206,7 @@ pub fn embed_missing_until(
         [branch],
     )?;
     let chunks = missing(store, branch, &model, false, |context, symbol, _, text| {
-        Some(embedding_text(context, symbol, text))
+        vec![embedding_text(context, symbol, text)]
     })?;
     let shared = SharedCache::open();
     let mut pass = EmbedPass {
@@ -226,7 +223,7 @@ pub fn embed_missing_until(
     let signature_model = signature_model(&model);
     let signature_side = if chunk_side.finished {
         pass.model = &signature_model;
-        let signatures = missing(pass.store, branch, &signature_model, true, signature_text)
+        let signatures = missing(pass.store, branch, &signature_model, true, signature_texts)
             .and_then(|todo| pass.run("embedding signatures", &todo, false));
         // The chunk vectors are committed and make semantic search; a
         // provider failing now costs the signature side only. The pass counts
@@ -257,17 +254,18 @@ pub fn embed_missing_until(
     Ok((report, chunk_side.finished && signature_side.finished))
 }
 
-/// The texts to embed for `model`: one per distinct content of the branch
-/// that has no vector of `model` yet (of a named chunk, with `named_only`)
-/// and for which `text_of(context, symbol, kind, text)` gives one, shortest
-/// first (less padding per batch).
+/// What to embed for `model`: for each distinct content of the branch that
+/// has no vector of `model` yet (of a named chunk, with `named_only`), the
+/// texts `text_of(context, symbol, kind, text)` gives (none: skipped), whose
+/// vectors are stored end to end in one row; shortest first (less padding
+/// per batch).
 fn missing(
     store: &Store,
     branch: &str,
     model: &str,
     named_only: bool,
-    text_of: impl Fn(Option<&str>, Option<&str>, &str, &str) -> Option<String>,
-) -> Result<Vec<(i64, String)>> {
+    text_of: impl Fn(Option<&str>, Option<&str>, &str, &str) -> Vec<String>,
+) -> Result<Vec<(i64, Vec<String>)>> {
     // Unnamed chunks never get a signature: not reading their text keeps a
     // run with nothing to do cheap.
     let mut stmt = store.conn.prepare(
@@ -285,11 +283,12 @@ fn missing(
         let text: String = r.get(2)?;
         let symbol: Option<String> = r.get(3)?;
         let kind: String = r.get(4)?;
-        if let Some(embedded) = text_of(context.as_deref(), symbol.as_deref(), &kind, &text) {
-            todo.push((r.get::<_, i64>(0)?, embedded));
+        let texts = text_of(context.as_deref(), symbol.as_deref(), &kind, &text);
+        if !texts.is_empty() {
+            todo.push((r.get::<_, i64>(0)?, texts));
         }
     }
-    todo.sort_by_key(|(_, text)| text.len());
+    todo.sort_by_key(|(_, texts)| texts.iter().map(String::len).max());
     Ok(todo)
 }
 
@@ -315,7 +314,12 @@ impl EmbedPass<'_> {
     /// Embeds `todo` batch by batch, each committed as it finishes; with
     /// `publish_now_and_then`, the vector file is brought up to date every
     /// [`PUBLISH_EVERY`] so searches meanwhile use what is done.
-    fn run(&mut self, phase: &'static str, todo: &[(i64, String)], publish_now_and_then: bool) -> Result<PassCount> {
+    fn run(
+        &mut self,
+        phase: &'static str,
+        todo: &[(i64, Vec<String>)],
+        publish_now_and_then: bool,
+    ) -> Result<PassCount> {
         let mut progress = self.reporter.phase(phase, "chunks", todo.len() as u64);
         let mut count = PassCount {
             finished: true,
@@ -351,36 +355,46 @@ impl EmbedPass<'_> {
     }
 }
 
-/// Vectors for a batch: from the shared cache where it has them, the rest
-/// computed (and added to the cache). Returns the vectors in batch order and
-/// how many came from the cache.
+/// Vectors for a batch, each item's texts' vectors end to end: from the
+/// shared cache where it has them, the rest computed (and added to the
+/// cache). Returns the vectors in batch order and how many items came whole
+/// from the cache.
 fn embed_batch(
     embedder: &dyn Embedder,
     model: &str,
     shared: Option<&SharedCache>,
-    batch: &[(i64, String)],
+    batch: &[(i64, Vec<String>)],
 ) -> Result<(Vec<Vec<f32>>, u64)> {
-    let keys: Vec<i64> = batch
-        .iter()
-        .map(|(_, t)| crate::store::content_hash(t.as_bytes()))
-        .collect();
-    let mut out: Vec<Option<Vec<f32>>> = match shared {
+    let texts: Vec<&str> = batch.iter().flat_map(|(_, t)| t.iter().map(String::as_str)).collect();
+    let keys: Vec<i64> = texts.iter().map(|t| crate::store::content_hash(t.as_bytes())).collect();
+    let mut vectors: Vec<Option<Vec<f32>>> = match shared {
         Some(cache) => keys.iter().map(|k| cache.get(model, *k)).collect(),
-        None => vec![None; batch.len()],
+        None => vec![None; texts.len()],
     };
-    let missing: Vec<usize> = (0..batch.len()).filter(|&i| out[i].is_none()).collect();
-    let cached = (batch.len() - missing.len()) as u64;
+    let missing: Vec<usize> = (0..texts.len()).filter(|&i| vectors[i].is_none()).collect();
     if !missing.is_empty() {
-        let texts: Vec<&str> = missing.iter().map(|&i| batch[i].1.as_str()).collect();
-        let computed = embedder.embed(&texts, InputKind::Document)?;
+        let to_embed: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
+        let computed = embedder.embed(&to_embed, InputKind::Document)?;
         for (&i, vector) in missing.iter().zip(computed) {
             if let Some(cache) = shared {
                 cache.put(model, keys[i], &vector);
             }
-            out[i] = Some(vector);
+            vectors[i] = Some(vector);
         }
     }
-    Ok((out.into_iter().map(Option::unwrap_or_default).collect(), cached))
+    let mut vectors = vectors.into_iter().map(Option::unwrap_or_default);
+    let mut first = 0;
+    let mut cached = 0;
+    let mut out = Vec::with_capacity(batch.len());
+    for (_, item_texts) in batch {
+        let n = item_texts.len();
+        if !missing.iter().any(|&i| (first..first + n).contains(&i)) {
+            cached += 1;
+        }
+        out.push(vectors.by_ref().take(n).flatten().collect());
+        first += n;
+    }
+    Ok((out, cached))
 }
 
 /// A per-user SQLite cache of vectors keyed by embedder id and the hash of
@@ -429,7 +443,7 @@ impl SharedCache {
 }
 
 /// The shared cache's model key: the embedder id without the version of the
-/// chunk-text or signature recipe (`/text3`, `/sig2`). The cache is keyed by
+/// chunk-text or signature recipe (`/text3`, `/sig3`). The cache is keyed by
 /// the exact text embedded, so after a recipe change the texts that did not
 /// change keep their vectors.
 fn cache_model(id: &str) -> &str {
@@ -566,7 +580,7 @@ mod tests {
     #[test]
     fn a_signature_is_the_names_as_words_and_the_lines_declaring_them() {
         // (context, symbol, kind, text, signature text)
-        type Case<'a> = (Option<&'a str>, Option<&'a str>, &'a str, &'a str, Option<&'a str>);
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, &'a str, &'a str, &'a [&'a str]);
         let cases: &[Case] = &[
             // Doc comments naming the function are skipped.
             (
@@ -574,7 +588,7 @@ mod tests {
                 Some("hasUpper"),
                 "function",
                 "// hasUpper reports whether b holds an upper-case byte.\nfunc hasUpper(b []byte) bool {\n\treturn false\n}",
-                Some("has upper\nfunc hasUpper(b []byte) bool {"),
+                &["has upper\nfunc hasUpper(b []byte) bool {"],
             ),
             // So are attributes; a Java annotation line that declares the method is kept.
             (
@@ -582,35 +596,35 @@ mod tests {
                 Some("find_short"),
                 "function",
                 "/// Finds the flag.\n#[inline]\npub fn find_short(&self, c: u8) -> Option<&Flag> {\n    None\n}",
-                Some("find short\npub fn find_short(&self, c: u8) -> Option<&Flag> {"),
+                &["find short\npub fn find_short(&self, c: u8) -> Option<&Flag> {"],
             ),
             (
                 None,
                 Some("size"),
                 "method",
                 "@Override public int size() {\n    return n;\n}",
-                Some("size\n@Override public int size() {"),
+                &["size\n@Override public int size() {"],
             ),
-            // A packed chunk: every name, each with its own line.
+            // A packed chunk: one signature per name, each with its own line.
             (
-                None,
+                Some("impl Point {"),
                 Some("get_x, set_x"),
                 "method",
                 "fn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }",
-                Some("get x, set x\nfn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }"),
+                &["get x\nimpl Point {\nfn get_x(&self) -> i32 { self.x }", "set x\nimpl Point {\nfn set_x(&mut self, x: i32) { self.x = x }"],
             ),
             // C macros are declarations, not preprocessor noise.
-            (None, Some("MAX_LEN"), "macro", "#define MAX_LEN 64", Some("max len\n#define MAX_LEN 64")),
+            (None, Some("MAX_LEN"), "macro", "#define MAX_LEN 64", &["max len\n#define MAX_LEN 64"]),
             // No name, or prose: no signature vector.
-            (None, None, "module", "x = 1", None),
-            (None, Some("Install"), "section", "## Install\nrun it", None),
+            (None, None, "module", "x = 1", &[]),
+            (None, Some("Install"), "section", "## Install\nrun it", &[]),
             // A name no code line spells takes the first line of code.
             (
                 None,
                 Some("anonymous"),
                 "function",
                 "// c\n(x) => x + 1",
-                Some("anonymous\n(x) => x + 1"),
+                &["anonymous\n(x) => x + 1"],
             ),
             // A method: the innermost enclosing signature after the names.
             (
@@ -618,31 +632,37 @@ mod tests {
                 Some("isTracked"),
                 "method",
                 "public boolean isTracked() {\n    return tracked;\n}",
-                Some("is tracked\npublic static class AttributeRange {\npublic boolean isTracked() {"),
+                &["is tracked\npublic static class AttributeRange {\npublic boolean isTracked() {"],
             ),
         ];
         for &(context, symbol, kind, text, expected) in cases {
-            assert_eq!(
-                signature_text(context, symbol, kind, text).as_deref(),
-                expected,
-                "{text}"
-            );
+            assert_eq!(signature_texts(context, symbol, kind, text), expected, "{text}");
         }
         // Long declaration lines are cut on a character boundary.
         let long = format!("fn f({}) {{}}", "é".repeat(300));
-        let text = signature_text(None, Some("f"), "function", &long).unwrap();
-        assert_eq!(text.lines().nth(1).unwrap().chars().count(), MAX_SIGNATURE_LINE_CHARS);
+        let texts = signature_texts(None, Some("f"), "function", &long);
+        assert_eq!(
+            texts[0].lines().nth(1).unwrap().chars().count(),
+            MAX_SIGNATURE_LINE_CHARS
+        );
+        // At most MAX_SIGNATURE_NAMES signatures for a chunk packing more definitions.
+        let names = "a, b, c, d, e, f";
+        let code = "fn a() {}\nfn b() {}\nfn c() {}\nfn d() {}\nfn e() {}\nfn f() {}";
+        assert_eq!(
+            signature_texts(None, Some(names), "function", code).len(),
+            MAX_SIGNATURE_NAMES
+        );
     }
 
     #[test]
     fn signature_vectors_have_their_own_id_beside_the_chunk_vectors() {
         assert_eq!(
             signature_model("all-MiniLM-L6-v2/256/text3"),
-            "all-MiniLM-L6-v2/256/sig2"
+            "all-MiniLM-L6-v2/256/sig3"
         );
         assert_eq!(
             signature_model("openai:text-embedding-3-small@256/text3"),
-            "openai:text-embedding-3-small@256/sig2"
+            "openai:text-embedding-3-small@256/sig3"
         );
     }
 

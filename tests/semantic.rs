@@ -512,7 +512,7 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
     let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
     let stored: i64 = db
         .query_row(
-            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig2'",
+            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig3'",
             [],
             |r| r.get(0),
         )
@@ -547,4 +547,54 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
         !without_signatures.contains(&"has_upper".to_string()),
         "{without_signatures:?}"
     );
+}
+
+#[test]
+fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut src = String::from(
+        "pub struct Client {\n    name: String,\n    retries: u32,\n    deadline_ms: u64,\n}\n\n\
+         impl Client {\n    pub fn name(&self) -> &str {\n        &self.name\n    }\n\n    \
+         pub fn max_retries(&self) -> u32 {\n        self.retries\n    }\n\n    \
+         pub fn deadline_ms(&self) -> u64 {\n        self.deadline_ms\n    }\n}\n",
+    );
+    for (name, doc) in [
+        ("render_page", "Draws the page's widgets into the frame buffer."),
+        (
+            "parse_color",
+            "Reads a CSS colour such as #ff0000 into its red, green and blue parts.",
+        ),
+        ("hash_password", "Derives a salted hash of a password for storage."),
+    ] {
+        src.push_str(&format!(
+            "\n/// {doc}\npub fn {name}(input: &str) -> String {{\n    let mut out = String::new();\n    for c in input.chars() {{\n        out.push(c);\n    }}\n    out\n}}\n"
+        ));
+    }
+    write(root, "client.rs", &src);
+    index_json(root);
+    let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let (symbol, bytes): (String, i64) = db
+        .query_row(
+            "SELECT c.symbol, length(e.vector) FROM chunks c
+             JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = 'all-MiniLM-L6-v2/256/sig3'
+             WHERE c.symbol LIKE '%, %'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    // The three getters share one chunk and one row: three vectors end to end.
+    assert_eq!(symbol, "name, max_retries, deadline_ms");
+    assert_eq!(bytes, 3 * 384 * 4);
+    let out = Command::new(ken_bin())
+        .args(["search", "--json", "--mode", "semantic", "-k", "1"])
+        .arg("How many times does the client try a failed request again?")
+        .current_dir(root)
+        .env("KEN_SHARED_CACHE", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["symbol"], "name, max_retries, deadline_ms", "{hits:?}");
 }
