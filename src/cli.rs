@@ -198,6 +198,10 @@ struct SearchArgs {
     /// changes); with --json the output becomes {"index": ..., "results": [...]}.
     #[arg(long)]
     freshness: bool,
+    /// Also say why each result ranks where it does: BM25, the chunk and
+    /// signature similarities, the fused score and every factor after it.
+    #[arg(long)]
+    explain: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -397,6 +401,7 @@ fn run(cli: Cli) -> Result<i32> {
                 kind: args.kind,
                 max_per_file: args.max_per_file,
                 mode: args.mode,
+                explain: args.explain,
             };
             let searcher = Searcher::open(&root, &index_dir)?;
             let mut opened = Vec::new();
@@ -939,6 +944,9 @@ fn print_hits(hits: &[BaseHit], query: &str) {
             s.bold(symbol),
             s.dim(&format!("[{}] {:.3}", hit.language, hit.score)),
         );
+        if let Some(explain) = &hit.explain {
+            let _ = writeln!(out, "    {}", s.dim(&describe_explain(explain)));
+        }
         for line in hit.snippet.lines() {
             let _ = writeln!(out, "    {} {}", s.accent("│"), line.trim_end());
         }
@@ -947,6 +955,24 @@ fn print_hits(hits: &[BaseHit], query: &str) {
 }
 
 /// Results as a JSON array: each hit's fields plus the base it comes from.
+/// One line: `bm25 12.41 (lexical 0.87) · chunk 0.71 (0.80) · signature 0.64 (0.55) → 0.741 × 1.1 the question says its name`.
+fn describe_explain(e: &crate::search::Explain) -> String {
+    let mut parts = vec![format!("bm25 {:.2} (lexical {:.2})", e.bm25, e.lexical)];
+    let side = |name: &str, cosine: Option<f32>, scaled: Option<f64>| {
+        scaled.map(|scaled| match cosine {
+            Some(c) => format!("{name} {c:.2} ({scaled:.2})"),
+            None => format!("{name} none ({scaled:.2})"),
+        })
+    };
+    parts.extend(side("chunk", e.cosine, e.semantic));
+    parts.extend(side("signature", e.signature_cosine, e.signature));
+    let mut line = format!("{} → {:.3}", parts.join(" · "), e.fused);
+    for f in &e.factors {
+        line.push_str(&format!(" × {} {}", f.factor, f.reason));
+    }
+    line
+}
+
 fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     #[derive(serde::Serialize)]
     struct JsonHit<'a> {

@@ -98,6 +98,9 @@ pub struct SearchArgs {
     /// Only this base: `project`, or a knowledge base's name (default: all of them).
     #[serde(default)]
     pub base: Option<String>,
+    /// Also say why each result ranks where it does (each side's score and every factor).
+    #[serde(default)]
+    pub explain: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -214,6 +217,9 @@ pub struct Hit {
     /// Enclosing definitions' signatures (e.g. the class of a method).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Why the result ranks where it does (with `explain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<crate::search::Explain>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -612,6 +618,7 @@ fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget:
             score: h.score,
             code: with_code.then_some(h.content),
             context: h.context,
+            explain: h.explain,
         });
     }
     out
@@ -924,6 +931,7 @@ impl KenServer {
             kind: args.kind,
             max_per_file: args.max_per_file,
             mode: args.mode.unwrap_or_default(),
+            explain: args.explain.unwrap_or(false),
         };
         let server = self.clone();
         let started = Instant::now();

@@ -60,6 +60,8 @@ pub struct SearchRequest {
     /// A hard limit per file; without it `diversify`'s decay spreads results.
     pub max_per_file: Option<usize>,
     pub mode: SearchMode,
+    /// Attach an [`Explain`] to every hit.
+    pub explain: bool,
 }
 
 impl SearchRequest {
@@ -72,6 +74,7 @@ impl SearchRequest {
             kind: None,
             max_per_file: None,
             mode: SearchMode::default(),
+            explain: false,
         }
     }
 }
@@ -93,10 +96,86 @@ pub struct SearchHit {
     /// Signatures of enclosing definitions (e.g. the class of a method).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Why the hit ranks where it does (only when asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
     #[serde(skip)]
     pub content: String,
     #[serde(skip)]
     pub chunk_id: i64,
+}
+
+/// How a hit's score was made: the sides of the fusion, then each factor
+/// of the rerank and of the per-file spread. `score` = `fused` × the factors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Explain {
+    /// BM25 of the chunk for the query's terms (0: none of them in it).
+    pub bm25: f64,
+    /// The lexical side: BM25 over the best candidate's, 0..1.
+    pub lexical: f64,
+    /// Cosine similarity of the chunk's vector to the query's (none: no vector, or lexical mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine: Option<f32>,
+    /// The semantic side: that similarity scaled by the candidates' spread, 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<f64>,
+    /// Cosine similarity of the nearest of the chunk's signature vectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_cosine: Option<f32>,
+    /// The signature side, scaled like the semantic side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<f64>,
+    /// The sides combined (`KEN_FUSION`, `KEN_FUSION_WEIGHTS`).
+    pub fused: f64,
+    /// The factors applied after the fusion, in order.
+    pub factors: Vec<ExplainFactor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ExplainFactor {
+    pub reason: String,
+    pub factor: f64,
+}
+
+/// The scales of the fusion's sides, for [`Explain`].
+struct Sides {
+    max_bm25: f64,
+    chunk: Option<SpreadScale>,
+    signature: Option<SpreadScale>,
+}
+
+impl Sides {
+    fn of(candidates: &HashMap<i64, Candidate>, mode: SearchMode, semantic_on: bool) -> Sides {
+        let vectors = semantic_on && mode != SearchMode::Lexical;
+        Sides {
+            max_bm25: candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max),
+            chunk: vectors.then(|| SpreadScale::of(candidates, |c| c.similarity)),
+            signature: vectors.then(|| SpreadScale::of(candidates, |c| c.signature_similarity)),
+        }
+    }
+
+    fn explain(&self, c: &Candidate, fused: f64, factors: &[(&str, f64)]) -> Explain {
+        Explain {
+            bm25: c.bm25,
+            lexical: if self.max_bm25 > 0.0 {
+                c.bm25.max(0.0) / self.max_bm25
+            } else {
+                0.0
+            },
+            cosine: self.chunk.as_ref().and(c.similarity),
+            semantic: self.chunk.as_ref().map(|s| s.score(c.similarity)),
+            signature_cosine: self.signature.as_ref().and(c.signature_similarity),
+            signature: self.signature.as_ref().map(|s| s.score(c.signature_similarity)),
+            fused,
+            factors: factors
+                .iter()
+                .map(|(reason, factor)| ExplainFactor {
+                    reason: reason.to_string(),
+                    factor: *factor,
+                })
+                .collect(),
+        }
+    }
 }
 
 pub struct Searcher {
@@ -703,16 +782,24 @@ impl Searcher {
         // A lone word is an identifier, answered by exact symbol matches;
         // names are a lexical signal, so semantic mode ranks by meaning alone.
         let names_said = req.mode != SearchMode::Semantic && req.query.split_whitespace().count() > 1;
+        let sides = req.explain.then(|| Sides::of(&candidates, req.mode, semantic_on));
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
-            hit.score = fused[&hit.chunk_id] * rerank_factor(hit, cand.exact_symbol, intent);
+            let mut factors = rerank_factors(hit, cand.exact_symbol, intent);
+            let fused = fused[&hit.chunk_id];
+            hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
             // Tests quote the calls and flags of the issue they reproduce:
             // there a verbatim match says little about where the code is.
             if quotes_fragment(hit, fragments) && (intent.tests || !is_test_code(hit)) {
+                factors.push(("quotes the query's code or names its file", FRAGMENT_FACTOR));
                 hit.score *= FRAGMENT_FACTOR;
             }
             if names_said && says_name(hit, &q) {
+                factors.push(("the question says its name", NAME_SAID_FACTOR));
                 hit.score *= NAME_SAID_FACTOR;
+            }
+            if let Some(sides) = &sides {
+                hit.explain = Some(sides.explain(cand, fused, &factors));
             }
         }
         hits.sort_by(|a, b| {
@@ -1040,6 +1127,7 @@ impl Searcher {
                         snippet: String::new(),
                         context: r.get(6)?,
                         content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                        explain: None,
                         chunk_id: id,
                     };
                     Ok((hit, r.get::<_, Option<Vec<u8>>>(8)?, r.get::<_, Option<Vec<u8>>>(9)?))
@@ -1318,13 +1406,14 @@ fn is_test_path(path: &str) -> bool {
     })
 }
 
-fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f64 {
-    let mut f = 1.0;
+/// The rerank's factors for a hit, each with what it is for (see [`Explain`]).
+fn rerank_factors(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> Vec<(&'static str, f64)> {
+    let mut factors = Vec::new();
     if exact_symbol {
-        f *= 3.0;
+        factors.push(("defines the identifier", 3.0));
     }
     if hit.kind == "module" {
-        f *= MODULE_FACTOR;
+        factors.push(("module-level code", MODULE_FACTOR));
     }
     let prose = matches!(hit.kind.as_str(), "text" | "section");
     let changelog = prose && is_changelog_path(&hit.path);
@@ -1332,22 +1421,22 @@ fn rerank_factor(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> f6
     let asked_for_this = (changelog && intent.changelog) || (config && intent.config);
     if !intent.docs {
         if prose && !asked_for_this {
-            f *= PROSE_FACTOR;
+            factors.push(("prose", PROSE_FACTOR));
         }
         if config && !intent.config {
-            f *= CONFIG_FACTOR;
+            factors.push(("config file", CONFIG_FACTOR));
         }
         if hit.path.split('/').any(|s| s == "doc" || s == "docs") {
-            f *= DOCS_FOLDER_FACTOR;
+            factors.push(("docs folder", DOCS_FOLDER_FACTOR));
         }
     }
     if changelog && !intent.changelog {
-        f *= CHANGELOG_FACTOR;
+        factors.push(("changelog", CHANGELOG_FACTOR));
     }
     if is_test_code(hit) {
-        f *= if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR };
+        factors.push(("test code", if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR }));
     }
-    f
+    factors
 }
 
 /// Whether the query says every word of the hit's name, or of one of its
@@ -1454,8 +1543,17 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         let Some((i, score)) = best else { break };
         let mut hit = pending[i].take().expect("chosen hit is pending");
-        hit.score = score;
         let file = file_of[i];
+        if let (Some(explain), true) = (&mut hit.explain, kept_per_file[file] > 0) {
+            explain.factors.push(ExplainFactor {
+                reason: match kept_per_file[file] {
+                    1 => "a result of its file listed above".to_string(),
+                    n => format!("{n} results of its file listed above"),
+                },
+                factor: SAME_FILE_DECAY.powi(i32::try_from(kept_per_file[file]).unwrap_or(i32::MAX)),
+            });
+        }
+        hit.score = score;
         kept_per_file[file] += 1;
         // Drop what this hit rules out: chunks of its file that overlap it,
         // or all the rest of its file once the file is full.
@@ -1893,6 +1991,9 @@ mod tests {
             ..SearchHit::default()
         };
         let none = QueryIntent::default();
+        let rerank_factor = |hit: &SearchHit, exact: bool, intent: QueryIntent| -> f64 {
+            rerank_factors(hit, exact, intent).iter().map(|(_, f)| f).product()
+        };
         let source = rerank_factor(&hit("src/retry.py", "function", "python"), false, none);
         for other in [
             hit("CHANGELOG.md", "section", "markdown"),

@@ -709,3 +709,70 @@ fn knowledge_bases_are_searched_with_the_project_and_removed_cleanly() {
         .all(|h| h["base"] == "project"));
     assert!(docs.join("deploy.md").exists());
 }
+
+#[test]
+fn explain_says_how_each_score_was_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    write(
+        root,
+        "tests/test_jwt.py",
+        "from auth.jwt import parse_config\n\ndef test_parse_config():\n    assert parse_config('x')\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = ken_json(root, &["search", "--json", "--explain", "-k", "5", "parse_config"]);
+    let hits = hits.as_array().unwrap();
+    for hit in hits {
+        assert_explained(hit);
+        // Lexical only: no vector side to explain.
+        assert!(hit["explain"].get("semantic").is_none(), "{hit}");
+    }
+    let reasons = |hit: &Value| -> Vec<String> {
+        hit["explain"]["factors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["reason"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(hits[0]["symbol"], "parse_config");
+    assert_eq!(reasons(&hits[0]), ["defines the identifier"]);
+    assert!(hits[0]["explain"]["bm25"].as_f64().unwrap() > 0.0);
+    let test_hit = hits
+        .iter()
+        .find(|h| h["path"] == "tests/test_jwt.py")
+        .expect("the test mentions parse_config");
+    assert!(reasons(test_hit).contains(&"test code".to_string()), "{test_hit}");
+    // A question whose answers share a file: the later ones say so.
+    let hits = ken_json(
+        root,
+        &[
+            "search",
+            "--json",
+            "--explain",
+            "-k",
+            "10",
+            "token secret claims expiry config path",
+        ],
+    );
+    let hits = hits.as_array().unwrap();
+    hits.iter().for_each(assert_explained);
+    let mut seen = std::collections::HashSet::new();
+    let mut repeats = 0;
+    for hit in hits {
+        let repeated = !seen.insert(hit["path"].as_str().unwrap().to_string());
+        let said = reasons(hit).iter().any(|r| r.contains("of its file listed above"));
+        assert_eq!(repeated, said, "{hit}");
+        repeats += usize::from(repeated);
+    }
+    assert!(repeats > 0, "{hits:?}");
+    // Without --explain, no explanation.
+    let plain = search(root, "parse_config", 3);
+    assert!(plain.iter().all(|h| h.get("explain").is_none()));
+    let text = ken_ok(root, &["search", "--explain", "-k", "1", "parse_config"]);
+    assert!(
+        text.contains("bm25 ") && text.contains("× 3 defines the identifier"),
+        "{text}"
+    );
+}

@@ -88,6 +88,17 @@ async def main():
             top = out["results"][0]
             check(top["symbol"] == "render_template" and top["path"] == "src/lib.rs", f"top result {top}")
             check("fn render_template" in top["code"], "code is returned")
+            check(all("explain" not in r for r in out["results"]), "no explanation unless asked")
+
+            # Explain: each side's score and the factors that make the result's score.
+            out = structured(await session.call_tool("codebase_search", {"query": "render_template", "limit": 3, "explain": True}))
+            top = out["results"][0]
+            factors = [f["reason"] for f in top["explain"]["factors"]]
+            check("defines the identifier" in factors, f"explained factors {top['explain']}")
+            product = top["explain"]["fused"]
+            for f in top["explain"]["factors"]:
+                product *= f["factor"]
+            check(abs(product - top["score"]) < 1e-5, f"score = fused x factors: {top}")
 
             # Peek: locations only.
             out = structured(await session.call_tool("codebase_peek", {"query": "check expiry of tokens"}))

@@ -200,3 +200,18 @@ export const fetchUsers = async () => api.get("/users");
     );
     write(root, "notes.txt", "Plain text notes about the deployment pipeline.\n");
 }
+
+/// `score` = `fused` × every factor, as `--explain` lists them (scores are rounded to 1e-6).
+pub fn assert_explained(hit: &Value) {
+    let e = &hit["explain"];
+    let product: f64 = e["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["factor"].as_f64().unwrap())
+        .product();
+    let score = hit["score"].as_f64().unwrap();
+    assert!((e["fused"].as_f64().unwrap() * product - score).abs() < 1e-5, "{hit}");
+    let lexical = e["lexical"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&lexical), "{hit}");
+}
