@@ -205,6 +205,11 @@ pub fn embed_missing_until(
         "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
         [branch],
     )?;
+    // Vectors of this model are about to be added beside another model's:
+    // the prune once it is complete must run again.
+    if store.meta(PRUNED_FOR)?.is_some_and(|pruned| pruned != model) {
+        store.set_meta(PRUNED_FOR, "")?;
+    }
     let chunks = missing(store, branch, &model, false, |context, symbol, _, text| {
         vec![embedding_text(context, symbol, text)]
     })?;
@@ -240,6 +245,9 @@ pub fn embed_missing_until(
         PassCount::default()
     };
     let in_index = publish(store, embedder)?;
+    if chunk_side.finished && signature_side.finished {
+        prune_other_vectors(store, &model, &signature_model)?;
+    }
     reporter.check_cancelled("embedding")?;
     let report = EmbedReport {
         model,
@@ -478,6 +486,40 @@ fn publish(store: &Store, embedder: &dyn Embedder) -> Result<usize> {
     store.set_meta("embedding_model", model)?;
     store.set_meta("embedding_dimensions", &dimensions.to_string())?;
     Ok(in_index)
+}
+
+/// The model whose complete vectors were last pruned to (see [`prune_other_vectors`]).
+const PRUNED_FOR: &str = "vectors_pruned_for";
+
+/// Once the vectors of `model` (and its signatures) are complete, drops the
+/// ones another model or recipe made (a changed token budget, provider or
+/// recipe version) and their HNSW files: nothing searches them again, and a
+/// switch back re-embeds through the per-user cache. Done once per model
+/// (the scan reads the whole table).
+fn prune_other_vectors(store: &Store, model: &str, signature_model: &str) -> Result<()> {
+    if store.meta(PRUNED_FOR)?.as_deref() == Some(model) {
+        return Ok(());
+    }
+    let removed = store.conn.execute(
+        "DELETE FROM embeddings WHERE model NOT IN (?1, ?2)",
+        params![model, signature_model],
+    )?;
+    let current = vectors::vectors_path(&store.dir, model);
+    let mut files = 0;
+    for entry in std::fs::read_dir(&store.dir)?.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("vectors-") && name.ends_with(".usearch") && path != current {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            files += 1;
+        }
+    }
+    if removed > 0 || files > 0 {
+        tracing::info!("dropped {removed} vectors and {files} vector files of other models than {model}");
+    }
+    store.set_meta(PRUNED_FOR, model)?;
+    Ok(())
 }
 
 /// The embedder chosen by the environment: an HTTP provider when

@@ -235,6 +235,23 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
         e["embedded"], e["contents"],
         "a new budget embeds everything again: {full}"
     );
+    // Then the other budget's vectors and vector file are dropped: nothing searches them.
+    let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let models: Vec<String> = conn
+        .prepare("SELECT DISTINCT model FROM embeddings ORDER BY model")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(models, ["all-MiniLM-L6-v2/256/sig3", "all-MiniLM-L6-v2/256/text3"]);
+    let vector_files: Vec<String> = std::fs::read_dir(root.join(".ken"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".usearch"))
+        .collect();
+    assert_eq!(vector_files, ["vectors-all-MiniLM-L6-v2_256_text3.usearch"]);
+    drop(conn);
 
     // An index whose vectors were made from an older chunk text (no recipe
     // version in the id) is not searched by vector, and is re-embedded.
@@ -242,7 +259,8 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
     conn.execute_batch(
         "DELETE FROM embeddings WHERE model <> 'all-MiniLM-L6-v2/256/text3';
          UPDATE embeddings SET model = 'all-MiniLM-L6-v2/256';
-         UPDATE meta SET value = 'all-MiniLM-L6-v2/256' WHERE key = 'embedding_model';",
+         UPDATE meta SET value = 'all-MiniLM-L6-v2/256' WHERE key = 'embedding_model';
+         DELETE FROM meta WHERE key = 'vectors_pruned_for';",
     )
     .unwrap();
     drop(conn);
@@ -260,6 +278,18 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("the embedding model changed"));
     let again: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(again["embedding"]["model"], "all-MiniLM-L6-v2/256/text3", "{again}");
+    let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let stale: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        stale, 0,
+        "the old recipe's vectors are dropped once the new ones are complete"
+    );
     assert_eq!(
         again["embedding"]["embedded"], again["embedding"]["contents"],
         "{again}"
