@@ -954,7 +954,6 @@ fn print_hits(hits: &[BaseHit], query: &str) {
     }
 }
 
-/// Results as a JSON array: each hit's fields plus the base it comes from.
 /// One line: `bm25 12.41 (lexical 0.87) · chunk 0.71 (0.80) · signature 0.64 (0.55) → 0.741 × 1.1 the question says its name`.
 fn describe_explain(e: &crate::search::Explain) -> String {
     let mut parts = vec![format!("bm25 {:.2} (lexical {:.2})", e.bm25, e.lexical)];
@@ -973,6 +972,7 @@ fn describe_explain(e: &crate::search::Explain) -> String {
     line
 }
 
+/// Results as a JSON array: each hit's fields plus the base it comes from.
 fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     #[derive(serde::Serialize)]
     struct JsonHit<'a> {
