@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::discover::{self, DiscoverOptions};
 use crate::index::{self, IndexOptions, IndexReport};
 use crate::lexical::QueryTerms;
-use crate::search::{SearchMode, SearchRequest, Searcher};
+use crate::search::{SearchMode, SearchPhases, SearchRequest, Searcher};
 
 pub struct BenchOptions {
     pub root: PathBuf,
@@ -447,6 +447,8 @@ pub struct QueryBench {
     pub queries: usize,
     /// (mode and query kind, p50 ms, p95 ms)
     pub modes: Vec<(String, f64, f64)>,
+    /// Hybrid word queries by phase (`search::SearchPhases`): (phase, p50 ms).
+    pub hybrid_word_phases: Vec<(String, f64)>,
     /// Embedding the query alone (built-in model), p50 ms.
     pub query_embedding_p50_ms: f64,
     /// The same through candle's batch pass (the baseline), p50 ms.
@@ -459,12 +461,18 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     let searcher = Searcher::open(root, index_dir)?;
     let conn = &searcher.store().conn;
     let chunks = crate::store::count(conn, "SELECT count(*) FROM chunks", [])?;
-    let vectors = crate::store::count(conn, "SELECT count(*) FROM embeddings", [])?;
+    // The chunk vectors of the index's model (signature vectors are read per candidate).
+    let vectors = crate::store::count(
+        conn,
+        "SELECT count(*) FROM embeddings WHERE model = (SELECT value FROM meta WHERE key = 'embedding_model')",
+        [],
+    )?;
     let queries = sample_queries(&searcher)?;
     // sample_queries gives identifiers first, then word queries made of them.
     let identifiers = queries.iter().filter(|q| !q.contains(' ')).count();
     let (idents, words) = queries.split_at(identifiers);
     let mut modes = Vec::new();
+    let mut phases: Vec<SearchPhases> = Vec::new();
     // The second lexical run ranks with FTS5's own bm25(), the baseline of ken_bm25.
     let runs = [
         ("lexical", SearchMode::Lexical, false),
@@ -494,6 +502,9 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
                     searcher.search(&req)?;
                     if pass > 0 {
                         ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        if mode == SearchMode::Hybrid && kind == "words" {
+                            phases.push(searcher.last_phases());
+                        }
                     }
                 }
             }
@@ -537,11 +548,33 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
             batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
+    let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
+        let mut ms: Vec<f64> = phases.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
+        percentile(&mut ms, 0.5)
+    };
+    let hybrid_word_phases = if phases.is_empty() {
+        Vec::new()
+    } else {
+        vec![
+            (
+                "lexical side, query embedding beside it".to_string(),
+                phase_p50(|p| p.lexical),
+            ),
+            ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
+            ("BM25 of vector-only candidates".to_string(), phase_p50(|p| p.rescore)),
+            (
+                "loading candidates and their vectors".to_string(),
+                phase_p50(|p| p.load),
+            ),
+            ("fusion, rerank, snippets".to_string(), phase_p50(|p| p.rank)),
+        ]
+    };
     Ok(QueryBench {
         chunks,
         vectors,
         queries: queries.len(),
         modes,
+        hybrid_word_phases,
         query_embedding_p50_ms: percentile(&mut embed_ms, 0.5),
         query_embedding_batch_pass_p50_ms: percentile(&mut batch_pass_ms, 0.5),
     })

@@ -672,6 +672,14 @@ fn run(cli: Cli) -> Result<i32> {
                         p50 / lexical.map_or(1.0, |m| m.1).max(1e-9)
                     );
                 }
+                if !report.hybrid_word_phases.is_empty() {
+                    let phases: Vec<String> = report
+                        .hybrid_word_phases
+                        .iter()
+                        .map(|(phase, p50)| format!("{phase} {p50:.2} ms"))
+                        .collect();
+                    println!("hybrid words by phase (p50): {}", phases.join(", "));
+                }
                 if report.vectors > 0 {
                     println!(
                         "query embedding alone: p50 {:.2} ms ({:.2}x candle's batch pass, {:.2} ms)",

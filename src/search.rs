@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use globset::{GlobBuilder, GlobMatcher};
@@ -178,6 +179,21 @@ impl Sides {
     }
 }
 
+/// Where one search spent its time (`Searcher::last_phases`, `ken bench query`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchPhases {
+    /// The lexical side, with the query embedding running beside it.
+    pub lexical: Duration,
+    /// Vector neighbours: the HNSW search and their chunks.
+    pub vector: Duration,
+    /// BM25 of the candidates only the vectors found.
+    pub rescore: Duration,
+    /// Reading the candidates with their stored vectors.
+    pub load: Duration,
+    /// Fusion, rerank, the per-file spread and snippets.
+    pub rank: Duration,
+}
+
 pub struct Searcher {
     store: Store,
     branch: String,
@@ -189,6 +205,7 @@ pub struct Searcher {
     fusion: Fusion,
     /// Benchmarks only: rank with FTS5's own `bm25()`, the baseline of `ken_bm25`.
     stock_bm25: std::sync::atomic::AtomicBool,
+    last_phases: std::sync::Mutex<SearchPhases>,
 }
 
 /// What semantic search needs: the embedder of the index's vectors and the
@@ -478,6 +495,7 @@ impl Searcher {
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::from_env()?,
             stock_bm25: Default::default(),
+            last_phases: Default::default(),
         })
     }
 
@@ -485,6 +503,11 @@ impl Searcher {
     /// slower): the baseline `ken bench query` measures `ken_bm25` against.
     pub fn rank_with_stock_bm25(&self, on: bool) {
         self.stock_bm25.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Where the last search that got past its checks spent its time.
+    pub fn last_phases(&self) -> SearchPhases {
+        *self.last_phases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn store(&self) -> &Store {
@@ -681,6 +704,7 @@ impl Searcher {
         // read before a batch, document frequencies after it).
         let _snapshot = self.store.conn.unchecked_transaction()?;
 
+        let started = Instant::now();
         let fetch = (req.limit * OVERFETCH).max(50);
         // A query of several words will use its vector: embed it on another
         // core while this one runs the lexical side (the model is the slower half).
@@ -699,6 +723,7 @@ impl Searcher {
             (lexical, prefetched)
         });
         let (mut candidates, matched_terms, common) = lexical?;
+        let lexical_done = Instant::now();
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A lone identifier that names a definition is answered by that
         // definition: vectors add nothing, and loading the model costs more
@@ -742,6 +767,7 @@ impl Searcher {
                 false
             }
         };
+        let vector_done = Instant::now();
         // Fusion weighs every candidate on both sides: the ones only the
         // vector side found get their BM25 too (a chunk middling on both sides
         // is in neither side's top list, yet can be the best answer).
@@ -757,6 +783,7 @@ impl Searcher {
                 }
             }
         }
+        let rescore_done = Instant::now();
         // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
         let fragments: &[String] = if req.mode == SearchMode::Semantic {
             &[]
@@ -777,6 +804,7 @@ impl Searcher {
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
         }
+        let load_done = Instant::now();
         let fused = fuse(&candidates, req.mode, semantic_on, self.fusion);
         let intent = QueryIntent::of(&q);
         // A lone word is an identifier, answered by exact symbol matches;
@@ -819,6 +847,13 @@ impl Searcher {
             hit.snippet = snippet(&hit.content, &q, 4);
             hit.score = (hit.score * 1e6).round() / 1e6;
         }
+        *self.last_phases.lock().unwrap_or_else(|e| e.into_inner()) = SearchPhases {
+            lexical: lexical_done - started,
+            vector: vector_done - lexical_done,
+            rescore: rescore_done - vector_done,
+            load: load_done - rescore_done,
+            rank: load_done.elapsed(),
+        };
         Ok(hits)
     }
 

@@ -638,3 +638,35 @@ fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
     let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits[0]["symbol"], "name, max_retries, deadline_ms", "{hits:?}");
 }
+
+#[test]
+fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // One query is sampled per 97 chunks.
+    write_unrelated(root, "lib", 300);
+    index_json(root);
+    let report = ken_json(root, &["bench", "query", "--json", "--iterations", "1"]);
+    assert_eq!(report["vectors"], report["chunks"], "{report}");
+    let modes: Vec<&str> = report["modes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m[0].as_str().unwrap())
+        .collect();
+    for mode in [
+        "lexical words",
+        "semantic words",
+        "hybrid words",
+        "hybrid words (repeated)",
+    ] {
+        assert!(modes.contains(&mode), "{mode} in {modes:?}");
+    }
+    let phases = report["hybrid_word_phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 5, "{report}");
+    // Every phase but the rescoring (no vector-only candidate may be left) takes time.
+    for phase in phases.iter().filter(|p| !p[0].as_str().unwrap().starts_with("BM25")) {
+        assert!(phase[1].as_f64().unwrap() > 0.0, "{phase}");
+    }
+}
