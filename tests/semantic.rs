@@ -670,3 +670,54 @@ fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
         assert!(phase[1].as_f64().unwrap() > 0.0, "{phase}");
     }
 }
+
+#[test]
+fn vectors_an_interrupted_switch_left_are_dropped_by_the_next_complete_pass() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    index_json(root);
+    let db = root.join(".ken/index.db");
+    let count_of = |model: &str| -> i64 {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row("SELECT count(*) FROM embeddings WHERE model = ?1", [model], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    // What a pass of another token budget leaves when it is interrupted: some of its vectors.
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO embeddings (content_hash, model, vector)
+             SELECT content_hash, 'all-MiniLM-L6-v2/128/text3', vector FROM embeddings
+             WHERE model = 'all-MiniLM-L6-v2/256/text3' LIMIT 3",
+        )
+        .unwrap();
+    // A pass of another model starts (and fails: nothing listens on the port).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(ken_bin())
+        .args(["index", "-q"])
+        .current_dir(root)
+        .env("KEN_SHARED_CACHE", "0")
+        .env("KEN_EMBED_PROVIDER", "openai")
+        .env("KEN_EMBED_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("KEN_EMBED_MODEL", "fake")
+        .env("KEN_EMBED_RETRIES", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(count_of("all-MiniLM-L6-v2/128/text3"), 3);
+    // The next complete pass of the built-in model drops what the others left.
+    let again = index_json(root);
+    assert_eq!(again["embedding"]["embedded"], 0, "{again}");
+    assert_eq!(count_of("all-MiniLM-L6-v2/128/text3"), 0);
+    assert!(count_of("all-MiniLM-L6-v2/256/text3") > 0);
+    assert!(count_of("all-MiniLM-L6-v2/256/sig3") > 0);
+}
