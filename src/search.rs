@@ -138,35 +138,50 @@ pub struct ExplainFactor {
     pub factor: f64,
 }
 
-/// The scales of the fusion's sides, for [`Explain`].
+/// The sides of the fusion for one query's candidates: BM25 over the best
+/// candidate's, and the chunk and signature similarities, each scaled by the
+/// spread of the candidates' (distribution-based score fusion: min-max let
+/// the one most or least similar candidate set the scale for all the others).
 struct Sides {
     max_bm25: f64,
-    chunk: Option<SpreadScale>,
-    signature: Option<SpreadScale>,
+    chunk: SpreadScale,
+    signature: SpreadScale,
 }
 
 impl Sides {
-    fn of(candidates: &HashMap<i64, Candidate>, mode: SearchMode, semantic_on: bool) -> Sides {
-        let vectors = semantic_on && mode != SearchMode::Lexical;
+    fn of(candidates: &HashMap<i64, Candidate>) -> Sides {
         Sides {
             max_bm25: candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max),
-            chunk: vectors.then(|| SpreadScale::of(candidates, |c| c.similarity)),
-            signature: vectors.then(|| SpreadScale::of(candidates, |c| c.signature_similarity)),
+            chunk: SpreadScale::of(candidates, |c| c.similarity),
+            signature: SpreadScale::of(candidates, |c| c.signature_similarity),
         }
     }
 
-    fn explain(&self, c: &Candidate, fused: f64, factors: &[(&str, f64)]) -> Explain {
+    fn lexical(&self, c: &Candidate) -> f64 {
+        if self.max_bm25 > 0.0 {
+            c.bm25.max(0.0) / self.max_bm25
+        } else {
+            0.0
+        }
+    }
+
+    fn semantic(&self, c: &Candidate) -> f64 {
+        self.chunk.score(c.similarity)
+    }
+
+    fn signature(&self, c: &Candidate) -> f64 {
+        self.signature.score(c.signature_similarity)
+    }
+
+    /// `vectors`: whether the search used the vector sides.
+    fn explain(&self, c: &Candidate, vectors: bool, fused: f64, factors: &[(&str, f64)]) -> Explain {
         Explain {
             bm25: c.bm25,
-            lexical: if self.max_bm25 > 0.0 {
-                c.bm25.max(0.0) / self.max_bm25
-            } else {
-                0.0
-            },
-            cosine: self.chunk.as_ref().and(c.similarity),
-            semantic: self.chunk.as_ref().map(|s| s.score(c.similarity)),
-            signature_cosine: self.signature.as_ref().and(c.signature_similarity),
-            signature: self.signature.as_ref().map(|s| s.score(c.signature_similarity)),
+            lexical: self.lexical(c),
+            cosine: c.similarity.filter(|_| vectors),
+            semantic: vectors.then(|| self.semantic(c)),
+            signature_cosine: c.signature_similarity.filter(|_| vectors),
+            signature: vectors.then(|| self.signature(c)),
             fused,
             factors: factors
                 .iter()
@@ -810,7 +825,8 @@ impl Searcher {
         // A lone word is an identifier, answered by exact symbol matches;
         // names are a lexical signal, so semantic mode ranks by meaning alone.
         let names_said = req.mode != SearchMode::Semantic && req.query.split_whitespace().count() > 1;
-        let sides = req.explain.then(|| Sides::of(&candidates, req.mode, semantic_on));
+        let sides = req.explain.then(|| Sides::of(&candidates));
+        let vectors = semantic_on && req.mode != SearchMode::Lexical;
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
             let mut factors = rerank_factors(hit, cand.exact_symbol, intent);
@@ -827,7 +843,7 @@ impl Searcher {
                 hit.score *= NAME_SAID_FACTOR;
             }
             if let Some(sides) = &sides {
-                hit.explain = Some(sides.explain(cand, fused, &factors));
+                hit.explain = Some(sides.explain(cand, vectors, fused, &factors));
             }
         }
         hits.sort_by(|a, b| {
@@ -1218,36 +1234,25 @@ fn fuse(
             } else {
                 (1.0, 0.0)
             };
-            let chunk_side = SpreadScale::of(candidates, |c| c.similarity);
-            let signature_side = SpreadScale::of(candidates, |c| c.signature_similarity);
+            let sides = Sides::of(candidates);
             candidates
                 .iter()
                 .map(|(&id, c)| {
-                    let s = chunk_side.score(c.similarity);
-                    let g = signature_side.score(c.signature_similarity);
-                    (id, (semantic * s + signature * g) / (semantic + signature))
+                    let score = semantic * sides.semantic(c) + signature * sides.signature(c);
+                    (id, score / (semantic + signature))
                 })
                 .collect()
         }
         (SearchMode::Hybrid, true, Fusion::Convex(w)) => {
-            let max_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max);
-            // Both similarities are scaled by the spread of the candidates'
-            // (distribution-based score fusion): min-max let the one most or
-            // least similar candidate set the scale for all the others.
-            let chunk_side = SpreadScale::of(candidates, |c| c.similarity);
-            let signature_side = SpreadScale::of(candidates, |c| c.signature_similarity);
+            let sides = Sides::of(candidates);
             let total = w.lexical + w.semantic + w.signature;
             candidates
                 .iter()
                 .map(|(&id, c)| {
-                    let l = if max_bm25 > 0.0 {
-                        c.bm25.max(0.0) / max_bm25
-                    } else {
-                        0.0
-                    };
-                    let s = chunk_side.score(c.similarity);
-                    let g = signature_side.score(c.signature_similarity);
-                    (id, (w.lexical * l + w.semantic * s + w.signature * g) / total)
+                    let score = w.lexical * sides.lexical(c)
+                        + w.semantic * sides.semantic(c)
+                        + w.signature * sides.signature(c);
+                    (id, score / total)
                 })
                 .collect()
         }

@@ -246,7 +246,10 @@ pub fn embed_missing_until(
     };
     let in_index = publish(store, embedder)?;
     if chunk_side.finished && signature_side.finished {
-        prune_other_vectors(store, &model, &signature_model)?;
+        // Housekeeping: the vectors are complete and published whether or not it works.
+        if let Err(e) = prune_other_vectors(store, &model, &signature_model) {
+            tracing::warn!("vectors of other models not dropped: {e:#}");
+        }
     }
     reporter.check_cancelled("embedding")?;
     let report = EmbedReport {
@@ -379,7 +382,8 @@ fn embed_batch(
         Some(cache) => keys.iter().map(|k| cache.get(model, *k)).collect(),
         None => vec![None; texts.len()],
     };
-    let missing: Vec<usize> = (0..texts.len()).filter(|&i| vectors[i].is_none()).collect();
+    let from_cache: Vec<bool> = vectors.iter().map(Option::is_some).collect();
+    let missing: Vec<usize> = (0..texts.len()).filter(|&i| !from_cache[i]).collect();
     if !missing.is_empty() {
         let to_embed: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
         let computed = embedder.embed(&to_embed, InputKind::Document)?;
@@ -391,16 +395,14 @@ fn embed_batch(
         }
     }
     let mut vectors = vectors.into_iter().map(Option::unwrap_or_default);
-    let mut first = 0;
+    let mut from_cache = from_cache.into_iter();
     let mut cached = 0;
     let mut out = Vec::with_capacity(batch.len());
     for (_, item_texts) in batch {
         let n = item_texts.len();
-        if !missing.iter().any(|&i| (first..first + n).contains(&i)) {
-            cached += 1;
-        }
+        // Counted, not `all`: every flag of the item must be consumed.
+        cached += u64::from(from_cache.by_ref().take(n).filter(|&hit| hit).count() == n);
         out.push(vectors.by_ref().take(n).flatten().collect());
-        first += n;
     }
     Ok((out, cached))
 }

@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -67,18 +67,6 @@ fn tiny_project(root: &Path) {
         "def download_file(url, path):\n    data = http_get(url)\n    save(path, data)\n",
     );
     write(root, "text.py", "def reverse_string(s):\n    return s[::-1]\n");
-}
-
-fn ken_env(root: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = Command::new(ken_bin());
-    cmd.args(args)
-        .current_dir(root)
-        .env("NO_COLOR", "1")
-        .env("KEN_SHARED_CACHE", "0");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
 }
 
 #[test]

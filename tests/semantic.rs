@@ -557,14 +557,11 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
     // and signature say what it asks.
     let question = "Reports whether b holds an ASCII uppercase byte.";
     let top3 = |weights: Option<&str>| -> Vec<String> {
-        let mut cmd = Command::new(ken_bin());
-        cmd.args(["search", "--json", "-k", "3", question])
-            .current_dir(root)
-            .env("KEN_SHARED_CACHE", "0");
-        if let Some(w) = weights {
-            cmd.env("KEN_FUSION_WEIGHTS", w);
-        }
-        let out = cmd.output().unwrap();
+        let env: Vec<(&str, String)> = weights
+            .map(|w| ("KEN_FUSION_WEIGHTS", w.to_string()))
+            .into_iter()
+            .collect();
+        let out = ken_env(root, &["search", "--json", "-k", "3", question], &env);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
         hits.iter()
@@ -627,16 +624,9 @@ fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
     // The three getters share one chunk and one row: three vectors end to end.
     assert_eq!(symbol, "name, max_retries, deadline_ms");
     assert_eq!(bytes, 3 * 384 * 4);
-    let out = Command::new(ken_bin())
-        .args(["search", "--json", "--mode", "semantic", "-k", "1"])
-        .arg("How many times does the client try a failed request again?")
-        .current_dir(root)
-        .env("KEN_SHARED_CACHE", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(hits[0]["symbol"], "name, max_retries, deadline_ms", "{hits:?}");
+    let question = "How many times does the client try a failed request again?";
+    let hits = ken_json(root, &["search", "--json", "--mode", "semantic", "-k", "1", question]);
+    assert_eq!(hits[0]["symbol"], "name, max_retries, deadline_ms", "{hits}");
 }
 
 #[test]
@@ -702,16 +692,13 @@ fn vectors_an_interrupted_switch_left_are_dropped_by_the_next_complete_pass() {
         .local_addr()
         .unwrap()
         .port();
-    let out = Command::new(ken_bin())
-        .args(["index", "-q"])
-        .current_dir(root)
-        .env("KEN_SHARED_CACHE", "0")
-        .env("KEN_EMBED_PROVIDER", "openai")
-        .env("KEN_EMBED_URL", format!("http://127.0.0.1:{port}/v1"))
-        .env("KEN_EMBED_MODEL", "fake")
-        .env("KEN_EMBED_RETRIES", "0")
-        .output()
-        .unwrap();
+    let env = [
+        ("KEN_EMBED_PROVIDER", "openai".to_string()),
+        ("KEN_EMBED_URL", format!("http://127.0.0.1:{port}/v1")),
+        ("KEN_EMBED_MODEL", "fake".to_string()),
+        ("KEN_EMBED_RETRIES", "0".to_string()),
+    ];
+    let out = ken_env(root, &["index", "-q"], &env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(count_of("all-MiniLM-L6-v2/128/text3"), 3);
     // The next complete pass of the built-in model drops what the others left.

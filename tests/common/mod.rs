@@ -12,16 +12,23 @@ pub fn ken_bin() -> PathBuf {
 
 /// Runs `ken ARGS` in `dir`, returning the output (whatever the exit status).
 pub fn ken(dir: &Path, args: &[&str]) -> Output {
-    Command::new(ken_bin())
-        .args(args)
+    ken_env(dir, args, &[])
+}
+
+/// [`ken`] with these environment variables set too.
+pub fn ken_env(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(args)
         .current_dir(dir)
         .env_remove("KEN_INDEX_DIR")
         .env_remove("KEN_GRAMMARS_DIR")
         // Tests count what they embed; the per-user vector cache would hide that.
         .env("KEN_SHARED_CACHE", "0")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("ken runs")
+        .env("NO_COLOR", "1");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    cmd.output().expect("ken runs")
 }
 
 /// Runs `ken ARGS` in `dir` and fails the test unless it exits 0.
