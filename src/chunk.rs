@@ -2,7 +2,8 @@
 //!
 //! Definitions come from the language's `chunks.scm` query (captures named
 //! `@definition.<kind>` with an optional `@name`). Containers (classes, impls,
-//! sections...) give a header chunk and one chunk per member; functions are one
+//! sections...) give a header chunk and one chunk per member (a bare `impl Foo {`
+//! line gives none: it opens its first member's chunk); functions are one
 //! chunk each; whatever no definition covers (imports, top-level statements)
 //! becomes `module` chunks, so every line of a file belongs to some chunk.
 //! Anything longer than the limits is split at syntax boundaries with a few
@@ -18,7 +19,7 @@ use crate::graph::FileGraph;
 use crate::lang::Language;
 
 /// Bumped when the chunking algorithm changes what it produces.
-const CHUNKER_VERSION: u32 = 3;
+const CHUNKER_VERSION: u32 = 4;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -386,7 +387,7 @@ struct ChunkSink<'s> {
     lines: &'s Lines,
     limits: &'s ChunkLimits,
     chunks: Vec<Chunk>,
-    /// Rows with nothing but whitespace or punctuation that no chunk took yet.
+    /// Rows no chunk took yet: whitespace or punctuation, or a bare `impl` line.
     pending_trivial: Option<(usize, usize)>,
 }
 
@@ -407,6 +408,14 @@ impl<'s> ChunkSink<'s> {
             chunks: Vec::new(),
             pending_trivial: None,
         }
+    }
+
+    /// Rows the next chunk takes in at its start.
+    fn hold(&mut self, start_row: usize, end_row: usize) {
+        self.pending_trivial = Some(match self.pending_trivial {
+            Some((s, _)) => (s, end_row),
+            None => (start_row, end_row),
+        });
     }
 
     fn is_trivial(&self, start_row: usize, end_row: usize) -> bool {
@@ -437,10 +446,7 @@ impl<'s> ChunkSink<'s> {
                     return;
                 }
             }
-            self.pending_trivial = Some(match self.pending_trivial {
-                Some((s, _)) => (s, end_row),
-                None => (start_row, end_row),
-            });
+            self.hold(start_row, end_row);
             return;
         }
         let span = Span {
@@ -665,7 +671,12 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
     inner_context.push(signature_line(out.source, out.lines, def));
     // The container's own chunk runs from its start to the row before its first member.
     let first_member = def.children[0].start_row.max(start_row);
-    if first_member > start_row {
+    if first_member == start_row + 1 && kind == "impl" {
+        // A bare `impl Foo {` line defines nothing and answers nothing, yet as
+        // a chunk of its own it outranked `Foo` and Foo's methods for Foo's
+        // name: it opens its first member's chunk instead.
+        out.hold(start_row, start_row);
+    } else if first_member > start_row {
         let span = Span {
             start_row,
             end_row: first_member - 1,
@@ -853,5 +864,25 @@ def free_b():
             methods,
             vec![vec![s("__init__", 2, 3), s("get", 5, 6)], vec![s("total", 8, 14)]]
         );
+    }
+
+    #[test]
+    fn a_bare_impl_line_opens_its_first_methods_chunk() {
+        let source = "/// A point.\nstruct Point {\n    x: i32,\n}\n\nimpl Point {\n    fn x(&self) -> i32 {\n        self.x\n    }\n}\n\n/// Shown as `(x)`.\nimpl std::fmt::Display for Point {\n    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {\n        write!(f, \"({})\", self.x)\n    }\n}\n";
+        let rust = crate::lang::by_name("rust").expect("rust grammar");
+        let got: Vec<(String, u32, u32, Option<String>)> = chunk_source(Some(rust), source, &ChunkLimits::default())
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.kind.clone(), c.start_line, c.end_line, c.symbol_label()))
+            .collect();
+        let chunk =
+            |kind: &str, start: u32, end: u32, symbol: &str| (kind.to_string(), start, end, Some(symbol.to_string()));
+        assert_eq!(got[0], chunk("struct", 1, 5, "Point"), "{got:?}");
+        // `impl Point {` is no chunk of its own (and names no definition).
+        assert_eq!(got[1], chunk("method", 6, 11, "x"), "{got:?}");
+        // An impl with a doc comment keeps its own chunk: the comment says something.
+        assert_eq!(got[2], chunk("impl", 12, 13, "Point"), "{got:?}");
+        assert_eq!(got[3].0, "method", "{got:?}");
+        assert_eq!(got.len(), 4, "{got:?}");
     }
 }

@@ -88,6 +88,65 @@ fn an_identifier_query_ranks_its_definition_first() {
 }
 
 #[test]
+fn a_type_with_several_impl_blocks_is_found_at_its_definition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/lib.rs",
+        r#"/// Settings of one search, built step by step.
+pub struct QueryPlan {
+    limit: usize,
+    fuzzy: bool,
+}
+
+impl Default for QueryPlan {
+    fn default() -> QueryPlan {
+        QueryPlan { limit: 10, fuzzy: false }
+    }
+}
+
+impl QueryPlan {
+    pub fn limit(&mut self, limit: usize) -> &mut QueryPlan {
+        self.limit = limit;
+        self
+    }
+
+    pub fn fuzzy(&mut self, yes: bool) -> &mut QueryPlan {
+        self.fuzzy = yes;
+        self
+    }
+}
+
+impl std::fmt::Display for QueryPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "limit {} fuzzy {}", self.limit, self.fuzzy)
+    }
+}
+"#,
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    // Each bare `impl QueryPlan {` line used to be a one-line chunk named
+    // QueryPlan, and all three ranked above the struct.
+    let hits = search(root, "QueryPlan", 10);
+    assert_eq!(
+        (hits[0]["kind"].as_str(), hits[0]["start_line"].as_u64()),
+        (Some("struct"), Some(1)),
+        "{hits:?}"
+    );
+    assert!(
+        hits.iter().all(|h| h["start_line"] != h["end_line"]),
+        "no one-line chunks: {hits:?}"
+    );
+    // The impl line opens its first method's chunk.
+    let limit = hits
+        .iter()
+        .find(|h| h["symbol"] == "limit, fuzzy")
+        .expect("the builder methods");
+    assert_eq!(limit["start_line"], 13, "{limit:?}");
+}
+
+#[test]
 fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
