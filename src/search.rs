@@ -1492,16 +1492,28 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> bool {
         .any(|words| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms)))
 }
 
-/// Whether the hit holds one of the query's code fragments verbatim (up to
-/// whitespace) or sits in the file one of them names.
+/// Whether the hit's code holds one of the query's code fragments verbatim
+/// (up to whitespace) or the hit sits in the file one of them names.
 fn quotes_fragment(hit: &SearchHit, fragments: &[String]) -> bool {
     if fragments.is_empty() {
         return false;
     }
-    let text = hit.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = code_words(&hit.content).join(" ");
     fragments
         .iter()
         .any(|f| contains_whole(&text, f) || fragment_names_path(f, &hit.path))
+}
+
+/// The words of a chunk's code lines. Comments and doctest examples
+/// (`>>> r = requests.get(url)` in a docstring) show how an API is used;
+/// quoting it, a question is after the code itself.
+fn code_words(content: &str) -> Vec<&str> {
+    content
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| !(crate::semantic::is_comment_or_attribute(l) || l.starts_with(">>>") || l.starts_with("... ")))
+        .flat_map(str::split_whitespace)
+        .collect()
 }
 
 /// Whether `text` holds `fragment` not as part of a longer name: the quoted

@@ -213,6 +213,65 @@ fn code_quoted_in_a_question_finds_the_lines_that_say_it() {
 }
 
 #[test]
+fn code_quoted_in_a_comment_or_a_doctest_is_not_the_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // The package docstring shows the call the question quotes, and says its words.
+    write(
+        root,
+        "httpkit/__init__.py",
+        r#""""
+The httpkit library: sending HTTP requests, always with the right
+content length.
+
+Usage:
+
+    >>> import httpkit
+    >>> r = httpkit.get('https://example.org')
+    >>> r.status_code
+    200
+"""
+# httpkit.get and friends live in the api module.
+from .api import get, post
+"#,
+    );
+    write(
+        root,
+        "httpkit/models.py",
+        "class PreparedRequest:\n    def prepare_content_length(self, body):\n        if body is not None:\n            self.headers[\"Content-Length\"] = str(len(body))\n        elif self.method not in (\"GET\", \"HEAD\"):\n            self.headers[\"Content-Length\"] = \"0\"\n",
+    );
+    write(
+        root,
+        "httpkit/redirects.py",
+        "def follow(url):\n    resp = httpkit.get(url)\n    return resp.headers[\"Location\"]\n",
+    );
+    write_unrelated(root, "httpkit", 30);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let quotes = |hit: &Value| {
+        hit["explain"]["factors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["reason"].as_str().unwrap().starts_with("quotes"))
+    };
+    let explained = |query: &str| -> Vec<Value> {
+        let hits = ken_json(root, &["search", "--json", "--explain", "-k", "5", query]);
+        hits.as_array().unwrap().clone()
+    };
+    let hits = explained("httpkit.get is ALWAYS sending content length");
+    assert_eq!(hits[0]["path"], "httpkit/models.py", "{hits:?}");
+    let package = hits
+        .iter()
+        .find(|h| h["path"] == "httpkit/__init__.py")
+        .expect("the package");
+    assert!(!quotes(package), "{package:?}");
+    // A line of code that makes the call does quote it.
+    let hits = explained("httpkit.get loses the Location header");
+    assert_eq!(hits[0]["path"], "httpkit/redirects.py", "{hits:?}");
+    assert!(quotes(&hits[0]), "{hits:?}");
+}
+
+#[test]
 fn a_definition_whose_name_the_question_says_ranks_first() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
