@@ -423,6 +423,26 @@ const PROSE_FACTOR: f64 = 0.35;
 const CONFIG_FACTOR: f64 = 0.5;
 const CHANGELOG_FACTOR: f64 = 0.3;
 const MODULE_FACTOR: f64 = 0.8;
+/// A question of several words asks what code does, which a function
+/// answers: a type's fields and header share its words but rarely are the
+/// answer (measured on the public eval, see BENCHMARKS.md "Types after code
+/// for questions"). Names and keywords (one to three words) are untouched,
+/// and so is a question that says "class" or "struct": those words are as
+/// often about the classes the code handles (swe pytest-10356).
+const TYPE_FACTOR: f64 = 0.9;
+const TYPE_KINDS: &[&str] = &[
+    "struct",
+    "class",
+    "interface",
+    "type",
+    "enum",
+    "trait",
+    "impl",
+    "union",
+    "object",
+];
+/// Words from which a query is a question rather than a name or keywords.
+const QUESTION_WORDS: usize = 4;
 /// A chunk that holds code quoted in the query, verbatim, or lies in a file
 /// the query names (swe: `method = builtin_str(method)` rose from 8th to 1st).
 const FRAGMENT_FACTOR: f64 = 3.0;
@@ -455,10 +475,12 @@ struct QueryIntent {
     docs: bool,
     config: bool,
     changelog: bool,
+    /// A question of several words, not a name or a few keywords.
+    question: bool,
 }
 
 impl QueryIntent {
-    fn of(q: &QueryTerms) -> QueryIntent {
+    fn of(q: &QueryTerms, text: &str) -> QueryIntent {
         let any = |pred: &dyn Fn(&str) -> bool| q.terms.iter().any(|t| pred(t));
         QueryIntent {
             tests: any(&|t| t.starts_with("test") || t == "spec"),
@@ -469,6 +491,7 @@ impl QueryIntent {
                     || ["toml", "yaml", "yml", "json", "ini"].contains(&t)
             }),
             changelog: any(&|t| t == "changelog" || t == "news" || t.starts_with("releas")),
+            question: text.split_whitespace().count() >= QUESTION_WORDS,
         }
     }
 }
@@ -821,7 +844,7 @@ impl Searcher {
         }
         let load_done = Instant::now();
         let fused = fuse(&candidates, req.mode, semantic_on, self.fusion);
-        let intent = QueryIntent::of(&q);
+        let intent = QueryIntent::of(&q, &req.query);
         // A lone word is an identifier, answered by exact symbol matches;
         // names are a lexical signal, so semantic mode ranks by meaning alone.
         let names_said = req.mode != SearchMode::Semantic && req.query.split_whitespace().count() > 1;
@@ -1455,6 +1478,9 @@ fn rerank_factors(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> V
     if hit.kind == "module" {
         factors.push(("module-level code", MODULE_FACTOR));
     }
+    if intent.question && TYPE_KINDS.contains(&hit.kind.as_str()) {
+        factors.push(("a type, for a question", TYPE_FACTOR));
+    }
     let prose = matches!(hit.kind.as_str(), "text" | "section");
     let changelog = prose && is_changelog_path(&hit.path);
     let config = matches!(hit.language.as_str(), "json" | "toml" | "yaml" | lang::PLAIN_TEXT);
@@ -2028,8 +2054,10 @@ mod tests {
 
     #[test]
     fn query_intent_lifts_only_what_the_query_names() {
-        let intent = |q: &str| QueryIntent::of(&QueryTerms::parse(q));
+        let intent = |q: &str| QueryIntent::of(&QueryTerms::parse(q), q);
         assert_eq!(intent("retry backoff delay"), QueryIntent::default());
+        assert!(intent("how long to wait between retries").question);
+        assert!(!intent("getTreeBuilderDefaultNamespace").question);
         assert!(intent("tests for the retry delay").tests);
         assert!(intent("where is the retry configured").config);
         assert!(intent("retry settings in pyproject.toml").config);

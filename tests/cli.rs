@@ -272,6 +272,41 @@ from .api import get, post
 }
 
 #[test]
+fn a_question_finds_the_code_that_does_it_before_a_type_that_shares_its_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/retry.rs",
+        "pub struct RetryPolicy {\n    pub attempts: u32,\n    pub retry_delay_ms: u64,\n}\n\npub fn backoff(policy: &RetryPolicy, attempt: u32) -> u64 {\n    let delay = policy.retry_delay_ms * 2u64.pow(attempt);\n    delay.min(60_000)\n}\n",
+    );
+    write_unrelated(root, "src", 20);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let first = |query: &str| {
+        let hits = ken_json(root, &["search", "--json", "--explain", "-k", "3", query]);
+        let hit = hits[0].clone();
+        assert_explained(&hit);
+        (
+            hit["kind"].as_str().unwrap().to_string(),
+            hit["symbol"].as_str().unwrap().to_string(),
+        )
+    };
+    // The struct says more of the question's words (BM25 ranks it first), but
+    // the question asks what code does.
+    assert_eq!(
+        first("how long to wait between retry attempts"),
+        ("function".into(), "backoff".into())
+    );
+    // A name still finds the type, and so does a question the type answers
+    // much better: the demotion is mild.
+    assert_eq!(first("RetryPolicy"), ("struct".into(), "RetryPolicy".into()));
+    assert_eq!(
+        first("the struct that says how long to wait between retry attempts"),
+        ("struct".into(), "RetryPolicy".into())
+    );
+}
+
+#[test]
 fn a_definition_whose_name_the_question_says_ranks_first() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
