@@ -348,7 +348,7 @@ pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Qu
     let (mut ann_ms, mut exact_ms, mut found) = (Vec::new(), Vec::new(), 0usize);
     for q in &queries {
         let t = Instant::now();
-        let ann = index.search(q, 10)?;
+        let ann = index.walk(q, 10)?;
         ann_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         let mut exact: Vec<(usize, f32)> = data

@@ -23,6 +23,12 @@ const EXPANSION_ADD: usize = 40;
 /// .444 at 400 and at 1000, in the same index; no measurable cost at 123k
 /// chunks (BENCHMARKS.md, "Searching the graph wider").
 const EXPANSION_SEARCH: usize = 400;
+/// Up to this many vectors a search scans them all instead of walking the
+/// graph. The walk misses a few of the true nearest 160 even at width 400
+/// (1-4 of 160 on pylint's 6.5k chunk vectors, and once the chunk that
+/// ranked first), and at this size the scan costs about 2 ms (BENCHMARKS.md,
+/// "Exact neighbours for small indexes").
+const EXACT_SEARCH_MAX: usize = 20_000;
 
 /// How vectors are stored in the HNSW graph. f32 is the default: this build
 /// has no SIMD half-float kernels (usearch without numkong, which costs six
@@ -197,15 +203,38 @@ impl VectorIndex {
         Ok(Some(VectorIndex { index }))
     }
 
-    /// The `k` nearest embedding ids to `query`, with cosine similarity.
+    /// The `k` nearest embedding ids to `query`, with cosine similarity:
+    /// exact while the index is small, from the HNSW graph beyond.
     pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
+        if self.index.size() <= EXACT_SEARCH_MAX {
+            self.scan(query, k)
+        } else {
+            self.walk(query, k)
+        }
+    }
+
+    /// The `k` nearest by walking the HNSW graph (approximate).
+    pub fn walk(&self, query: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
         let matches = self.index.search(query, k).map_err(|e| anyhow!("vector search: {e}"))?;
-        Ok(matches
+        Ok(Self::similarities(matches))
+    }
+
+    /// The `k` nearest by comparing the query with every vector (exact).
+    pub fn scan(&self, query: &[f32], k: usize) -> Result<Vec<(i64, f32)>> {
+        let matches = self
+            .index
+            .exact_search(query, k)
+            .map_err(|e| anyhow!("vector scan: {e}"))?;
+        Ok(Self::similarities(matches))
+    }
+
+    fn similarities(matches: usearch::ffi::Matches) -> Vec<(i64, f32)> {
+        matches
             .keys
             .iter()
             .zip(&matches.distances)
             .map(|(&key, &d)| (key as i64, 1.0 - d))
-            .collect())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -214,5 +243,71 @@ impl VectorIndex {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unit vectors in tight clusters, the shape that makes a graph walk miss
+    /// neighbours (xorshift, so every run sees the same data).
+    fn clustered(count: usize, dimensions: usize) -> Vec<Vec<f32>> {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+        };
+        let centroids: Vec<Vec<f32>> = (0..20).map(|_| (0..dimensions).map(|_| next()).collect()).collect();
+        (0..count)
+            .map(|i| {
+                let v: Vec<f32> = centroids[i % centroids.len()]
+                    .iter()
+                    .map(|c| c + 0.05 * next())
+                    .collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.into_iter().map(|x| x / norm).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_small_index_returns_exactly_the_nearest_vectors() {
+        let (count, dimensions, k) = (3000, 64, 400);
+        let data = clustered(count, dimensions);
+        let index = VectorIndex::in_memory(dimensions, Quantization::F32).unwrap();
+        index.reserve(count).unwrap();
+        for (id, v) in data.iter().enumerate() {
+            index.add(id as i64, v).unwrap();
+        }
+        let mut walk_missed = 0;
+        for q in data.iter().step_by(97) {
+            let mut truth: Vec<(i64, f32)> = data
+                .iter()
+                .enumerate()
+                .map(|(id, v)| (id as i64, crate::embed::cosine(q, v)))
+                .collect();
+            truth.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let want: std::collections::HashSet<i64> = truth[..k].iter().map(|(id, _)| *id).collect();
+            let got = index.search(q, k).unwrap();
+            assert_eq!(got.len(), k);
+            assert!(
+                got.iter().all(|(id, _)| want.contains(id)),
+                "search missed a true neighbour"
+            );
+            walk_missed += index
+                .walk(q, k)
+                .unwrap()
+                .iter()
+                .filter(|(id, _)| !want.contains(id))
+                .count();
+        }
+        // The graph walk alone is approximate on this data: what the scan is for.
+        assert!(
+            walk_missed > 0,
+            "the walk found every neighbour; the test data is too easy"
+        );
     }
 }
