@@ -310,31 +310,51 @@ pub struct VectorBench {
     pub recall_at_10: f64,
 }
 
-pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Quantization) -> Result<VectorBench> {
-    // Deterministic clustered data (uniform random vectors are adversarial for HNSW).
-    let mut seed = 0x9E3779B97F4A7C15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-    };
-    let centroids: Vec<Vec<f32>> = (0..100).map(|_| (0..dimensions).map(|_| next()).collect()).collect();
-    let unit = |mut v: Vec<f32>| {
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|x| *x /= n);
-        v
-    };
-    let data: Vec<Vec<f32>> = (0..count)
+/// Deterministic numbers in [-0.5, 0.5) (xorshift), for test and benchmark data.
+pub(crate) struct Noise(pub(crate) u64);
+
+impl Noise {
+    pub(crate) fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    }
+}
+
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+/// `count` unit vectors spread by `spread` around `centres` random centres.
+pub(crate) fn clustered_vectors(
+    noise: &mut Noise,
+    count: usize,
+    dimensions: usize,
+    centres: usize,
+    spread: f32,
+) -> Vec<Vec<f32>> {
+    let centroids: Vec<Vec<f32>> = (0..centres)
+        .map(|_| (0..dimensions).map(|_| noise.next()).collect())
+        .collect();
+    (0..count)
         .map(|i| {
             unit(
-                centroids[i % centroids.len()]
+                centroids[i % centres]
                     .iter()
-                    .map(|c| c + 0.3 * next())
+                    .map(|c| c + spread * noise.next())
                     .collect(),
             )
         })
-        .collect();
+        .collect()
+}
+
+pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Quantization) -> Result<VectorBench> {
+    // Deterministic clustered data (uniform random vectors are adversarial for HNSW).
+    let mut noise = Noise(0x9E3779B97F4A7C15);
+    let data = clustered_vectors(&mut noise, count, dimensions, 100, 0.3);
     let index = crate::vectors::VectorIndex::in_memory(dimensions, quantization)?;
     let t = Instant::now();
     index.reserve(count)?;
@@ -343,7 +363,7 @@ pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Qu
     }
     let add_seconds = t.elapsed().as_secs_f64();
     let queries: Vec<Vec<f32>> = (0..200)
-        .map(|i| unit(data[(i * 37) % count].iter().map(|x| x + 0.05 * next()).collect()))
+        .map(|i| unit(data[(i * 37) % count].iter().map(|x| x + 0.05 * noise.next()).collect()))
         .collect();
     let (mut ann_ms, mut exact_ms, mut found) = (Vec::new(), Vec::new(), 0usize);
     for q in &queries {

@@ -250,33 +250,17 @@ impl VectorIndex {
 mod tests {
     use super::*;
 
-    /// Unit vectors in tight clusters, the shape that makes a graph walk miss
-    /// neighbours (xorshift, so every run sees the same data).
-    fn clustered(count: usize, dimensions: usize) -> Vec<Vec<f32>> {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-        };
-        let centroids: Vec<Vec<f32>> = (0..20).map(|_| (0..dimensions).map(|_| next()).collect()).collect();
-        (0..count)
-            .map(|i| {
-                let v: Vec<f32> = centroids[i % centroids.len()]
-                    .iter()
-                    .map(|c| c + 0.05 * next())
-                    .collect();
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                v.into_iter().map(|x| x / norm).collect()
-            })
-            .collect()
-    }
-
     #[test]
     fn a_small_index_returns_exactly_the_nearest_vectors() {
         let (count, dimensions, k) = (3000, 64, 400);
-        let data = clustered(count, dimensions);
+        // Tight clusters: the shape that makes a graph walk miss neighbours.
+        let data = crate::bench::clustered_vectors(
+            &mut crate::bench::Noise(0x2545_f491_4f6c_dd1d),
+            count,
+            dimensions,
+            20,
+            0.05,
+        );
         let index = VectorIndex::in_memory(dimensions, Quantization::F32).unwrap();
         index.reserve(count).unwrap();
         for (id, v) in data.iter().enumerate() {
