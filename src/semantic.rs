@@ -346,13 +346,15 @@ impl EmbedPass<'_> {
             count.from_cache += cached;
             let tx = self.store.conn.transaction()?;
             {
+                let mut next_id = crate::store::next_embedding_id(&tx)?;
                 let mut insert = tx.prepare_cached(
-                    "INSERT INTO embeddings (content_hash, model, vector) VALUES (?1, ?2, ?3)
+                    "INSERT INTO embeddings (id, content_hash, model, vector) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (content_hash, model) DO NOTHING",
                 )?;
                 for ((hash, _), vector) in batch.iter().zip(&vectors) {
-                    insert.execute(params![hash, self.model, vectors::encode(vector)])?;
+                    next_id += insert.execute(params![next_id, hash, self.model, vectors::encode(vector)])? as i64;
                 }
+                crate::store::issued_embedding_ids(&tx, next_id - 1)?;
             }
             tx.commit()?;
             count.embedded += batch.len() as u64 - cached;

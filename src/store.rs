@@ -754,6 +754,35 @@ pub fn content_hash(bytes: &[u8]) -> i64 {
     xxhash_rust::xxh3::xxh3_64(bytes) as i64
 }
 
+/// The meta key of the highest embedding id ever handed out.
+const EMBEDDING_IDS_ISSUED: &str = "embedding_ids_issued";
+
+/// The id for the next embedding row. SQLite would hand out a deleted
+/// row's id again when it was the highest, and an id is the vector's key in
+/// the HNSW file, which would then keep the old vector under it; so ids only
+/// grow. Call [`issued_embedding_ids`] with the last id used, in the same
+/// transaction.
+pub fn next_embedding_id(conn: &Connection) -> Result<i64> {
+    let issued: i64 = conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [EMBEDDING_IDS_ISSUED], |r| {
+            r.get::<_, String>(0)
+        })
+        .optional()?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let max: i64 = conn.query_row("SELECT coalesce(max(id), 0) FROM embeddings", [], |r| r.get(0))?;
+    Ok(issued.max(max) + 1)
+}
+
+/// Records `last` as the highest embedding id handed out.
+pub fn issued_embedding_ids(conn: &Connection, last: i64) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![EMBEDDING_IDS_ISSUED, last.to_string()],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,12 @@
 //! The approximate nearest-neighbour index over chunk embeddings: usearch
 //! HNSW (cosine, f32 by default), one file per embedder next to the SQLite
 //! index. SQLite holds the vectors (the source of truth); this file is derived
-//! from them, updated incrementally, written to a temporary name and renamed
-//! into place, and rebuilt from SQLite when it is missing, unreadable or does
-//! not match the rows.
+//! from them, updated incrementally (the vectors of deleted rows removed, new
+//! rows added), written to a temporary name and renamed into place, and
+//! rebuilt from SQLite when it is missing, unreadable, does not match the
+//! rows, or has had a quarter of its vectors removed.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
@@ -106,7 +108,8 @@ pub fn encode(vector: &[f32]) -> Vec<u8> {
 
 impl VectorIndex {
     /// Brings the file of `embedder_id`'s vectors up to date with SQLite:
-    /// adds rows it lacks, or rebuilds it when it cannot be trusted.
+    /// removes the vectors SQLite dropped, adds the rows it lacks, or
+    /// rebuilds it when it cannot be trusted or holds too many removed ones.
     pub fn sync(store: &Store, embedder_id: &str, dimensions: usize, quantization: Quantization) -> Result<usize> {
         let path = vectors_path(&store.dir, embedder_id);
         let rows: i64 =
@@ -116,19 +119,41 @@ impl VectorIndex {
                     r.get(0)
                 })?;
         let meta_key = format!("vectors_max_id:{embedder_id}");
+        let removed_key = format!("vectors_removed:{embedder_id}");
         let stored_max: i64 = store.meta(&meta_key)?.and_then(|v| v.parse().ok()).unwrap_or(-1);
         let index = new_index(dimensions, quantization)?;
         let loaded =
             path.is_file() && stored_max >= 0 && index.load(path.to_str().context("non-UTF-8 index path")?).is_ok();
-        let rows_up_to_max: i64 = store.conn.query_row(
-            "SELECT count(*) FROM embeddings WHERE model = ?1 AND id <= ?2",
-            rusqlite::params![embedder_id, stored_max],
-            |r| r.get(0),
-        )?;
-        let trusted = loaded && index.size() as i64 == rows_up_to_max && index.dimensions() == dimensions;
+        let mut removed = 0usize;
+        let trusted = loaded && index.dimensions() == dimensions && {
+            // Ids are never reused (`store::next_embedding_id`), so a key whose row
+            // is gone is a vector to remove, and every other key still holds
+            // its row's vector.
+            let mut stmt = store
+                .conn
+                .prepare("SELECT id FROM embeddings WHERE model = ?1 AND id <= ?2")?;
+            let live: HashSet<u64> = stmt
+                .query_map(rusqlite::params![embedder_id, stored_max], |r| r.get::<_, i64>(0))?
+                .map(|id| id.map(|id| id as u64))
+                .collect::<rusqlite::Result<_>>()?;
+            for key in 0..=stored_max as u64 {
+                if !live.contains(&key) && index.contains(key) {
+                    index
+                        .remove(key)
+                        .map_err(|e| anyhow!("removing from the vector index: {e}"))?;
+                    removed += 1;
+                }
+            }
+            let removed_before: usize = store.meta(&removed_key)?.and_then(|v| v.parse().ok()).unwrap_or(0);
+            // Removed nodes stay in the graph as waypoints; past a quarter of
+            // the live ones a rebuild makes a smaller, better graph.
+            index.size() == live.len() && (removed_before + removed) * 4 <= live.len().max(1)
+        };
         let (index, from_id) = if trusted {
             (index, stored_max)
         } else {
+            removed = 0;
+            store.set_meta(&removed_key, "0")?;
             (new_index(dimensions, quantization)?, -1)
         };
         index
@@ -153,13 +178,17 @@ impl VectorIndex {
             max_id = id;
             added += 1;
         }
-        if added > 0 || !trusted {
+        if added > 0 || removed > 0 || !trusted {
             let tmp = path.with_extension("usearch.tmp");
             index
                 .save(tmp.to_str().context("non-UTF-8 index path")?)
                 .map_err(|e| anyhow!("saving the vector index: {e}"))?;
             std::fs::rename(&tmp, &path).with_context(|| format!("publishing {}", path.display()))?;
             store.set_meta(&meta_key, &max_id.to_string())?;
+            if removed > 0 {
+                let removed_before: usize = store.meta(&removed_key)?.and_then(|v| v.parse().ok()).unwrap_or(0);
+                store.set_meta(&removed_key, &(removed_before + removed).to_string())?;
+            }
         }
         Ok(index.size())
     }

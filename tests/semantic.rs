@@ -322,6 +322,58 @@ fn a_lost_vector_file_is_rebuilt_without_re_embedding() {
 }
 
 #[test]
+fn an_edited_chunk_is_searched_by_its_new_vector() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Enough other chunks that the edit removes a vector from the graph
+    // instead of rebuilding it, indexed first so the edited chunk's vectors
+    // are the newest rows.
+    let others: String = (0..8)
+        .map(|i| format!("def helper_{i}(items):\n    return sorted(items)[{i}:]\n\n\n"))
+        .collect();
+    write(root, "helpers.py", &others);
+    index_json(root);
+    let file = "charts.py";
+    write(
+        root,
+        file,
+        "def load_settings(path):\n    with open(path) as f:\n        return json.load(f)\n",
+    );
+    index_json(root);
+    // The edit deletes the chunk's vectors (the newest rows) and embeds the
+    // new text. SQLite hands a deleted highest id out again; the vector file,
+    // keyed by id, then kept the old vector under it.
+    write(
+        root,
+        file,
+        "def load_settings(sales):\n    svg = render_bar_chart(sales)\n    return svg.to_string()\n",
+    );
+    let edited = index_json(root);
+    assert_eq!(edited["embedding"]["embedded"], 1, "{edited}");
+    let query = "draw a bar chart of the sales as SVG";
+    let cosine_of = |root: &Path| -> f64 {
+        let hits = ken_json(
+            root,
+            &["search", "--json", "--explain", "--mode", "semantic", "-k", "1", query],
+        );
+        assert_eq!(hits[0]["symbol"], "load_settings", "{hits:?}");
+        hits[0]["explain"]["cosine"].as_f64().expect("a chunk similarity")
+    };
+    // The same text indexed from scratch gives the similarity to compare with.
+    let fresh = tempfile::tempdir().unwrap();
+    for name in [file, "helpers.py"] {
+        std::fs::copy(root.join(name), fresh.path().join(name)).unwrap();
+    }
+    index_json(fresh.path());
+    let (incremental, from_scratch) = (cosine_of(root), cosine_of(fresh.path()));
+    assert!(
+        (incremental - from_scratch).abs() < 1e-4,
+        "the edited chunk is searched by a stale vector: {incremental} against {from_scratch}"
+    );
+}
+
+#[test]
 fn the_model_is_fetched_from_a_hub_and_verified() {
     let source = model_dir();
     let tmp = tempfile::tempdir().unwrap();
