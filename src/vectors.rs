@@ -125,8 +125,12 @@ impl VectorIndex {
         let index = new_index(dimensions, quantization)?;
         let loaded =
             path.is_file() && stored_max >= 0 && index.load(path.to_str().context("non-UTF-8 index path")?).is_ok();
+        // The removal count is kept from the first build of a build that
+        // never reuses ids; a file without it may hold a stale vector under a
+        // reused id, so it is rebuilt once.
+        let removed_before: Option<usize> = store.meta(&removed_key)?.and_then(|v| v.parse().ok());
         let mut removed = 0usize;
-        let trusted = loaded && index.dimensions() == dimensions && {
+        let trusted = loaded && index.dimensions() == dimensions && removed_before.is_some() && {
             // Ids are never reused (`store::next_embedding_id`), so a key whose row
             // is gone is a vector to remove, and every other key still holds
             // its row's vector.
@@ -145,10 +149,10 @@ impl VectorIndex {
                     removed += 1;
                 }
             }
-            let removed_before: usize = store.meta(&removed_key)?.and_then(|v| v.parse().ok()).unwrap_or(0);
             // Removed nodes stay in the graph as waypoints; past a quarter of
             // the live ones a rebuild makes a smaller, better graph.
-            index.size() == live.len() && (removed_before + removed) * 4 <= live.len().max(1)
+            let removed_in_all = removed_before.unwrap_or(0) + removed;
+            index.size() == live.len() && removed_in_all * 4 <= live.len().max(1)
         };
         let (index, from_id) = if trusted {
             (index, stored_max)
@@ -187,8 +191,8 @@ impl VectorIndex {
             std::fs::rename(&tmp, &path).with_context(|| format!("publishing {}", path.display()))?;
             store.set_meta(&meta_key, &max_id.to_string())?;
             if removed > 0 {
-                let removed_before: usize = store.meta(&removed_key)?.and_then(|v| v.parse().ok()).unwrap_or(0);
-                store.set_meta(&removed_key, &(removed_before + removed).to_string())?;
+                let removed_in_all = removed_before.unwrap_or(0) + removed;
+                store.set_meta(&removed_key, &removed_in_all.to_string())?;
             }
         }
         Ok(index.size())
