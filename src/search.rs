@@ -853,18 +853,16 @@ impl Searcher {
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
             let mut factors = rerank_factors(hit, cand.exact_symbol, intent);
-            let fused = fused[&hit.chunk_id];
-            hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
             // Tests quote the calls and flags of the issue they reproduce:
             // there a verbatim match says little about where the code is.
             if quotes_fragment(hit, fragments) && (intent.tests || !is_test_code(hit)) {
                 factors.push(("quotes the query's code or names its file", FRAGMENT_FACTOR));
-                hit.score *= FRAGMENT_FACTOR;
             }
             if names_said && says_name(hit, &q) {
                 factors.push(("the question says its name", NAME_SAID_FACTOR));
-                hit.score *= NAME_SAID_FACTOR;
             }
+            let fused = fused[&hit.chunk_id];
+            hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
             if let Some(sides) = &sides {
                 hit.explain = Some(sides.explain(cand, vectors, fused, &factors));
             }
@@ -1537,9 +1535,22 @@ fn code_words(content: &str) -> Vec<&str> {
     content
         .lines()
         .map(str::trim_start)
-        .filter(|l| !(crate::semantic::is_comment_or_attribute(l) || l.starts_with(">>>") || l.starts_with("... ")))
+        .filter(|l| !is_commentary(l))
         .flat_map(str::split_whitespace)
         .collect()
+}
+
+/// A (trimmed) line that is a comment or a doctest example. Unlike the
+/// signature texts' filter, attributes and preprocessor lines (`#[cfg(test)]`,
+/// `#ifdef HAVE_UTF8PROC`) are code here: a question may quote them.
+fn is_commentary(line: &str) -> bool {
+    let hash_comment =
+        line.starts_with('#') && !line[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '[' || c == '!');
+    hash_comment
+        || ["//", "/*", "*/", "* ", "-- ", ">>>", "... ", "\"\"\"", "'''"]
+            .iter()
+            .any(|p| line.starts_with(p))
+        || line == "*"
 }
 
 /// Whether `text` holds `fragment` not as part of a longer name: the quoted
@@ -1617,7 +1628,10 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
         let best = pending
             .iter()
             .enumerate()
-            .filter_map(|(i, slot)| Some((i, discounted(slot.as_ref()?.score, kept_per_file[file_of[i]]))))
+            .filter_map(|(i, slot)| {
+                let score = slot.as_ref()?.score;
+                Some((i, score * same_file_factor(score, kept_per_file[file_of[i]])))
+            })
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         let Some((i, score)) = best else { break };
         let mut hit = pending[i].take().expect("chosen hit is pending");
@@ -1628,7 +1642,7 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
                     1 => "a result of its file listed above".to_string(),
                     n => format!("{n} results of its file listed above"),
                 },
-                factor: SAME_FILE_DECAY.powi(i32::try_from(kept_per_file[file]).unwrap_or(i32::MAX)),
+                factor: same_file_factor(hit.score, kept_per_file[file]),
             });
         }
         hit.score = score;
@@ -1650,14 +1664,15 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
     kept
 }
 
-/// `score` lowered by `SAME_FILE_DECAY` once per earlier hit from the same
-/// file (also for negative scores, which the semantic side can give).
-fn discounted(score: f64, earlier: usize) -> f64 {
-    let factor = SAME_FILE_DECAY.powi(i32::try_from(earlier).unwrap_or(i32::MAX));
+/// What a hit's `score` is multiplied by for `earlier` hits of its file
+/// listed above it: `SAME_FILE_DECAY` per hit, inverted for a negative score
+/// (the semantic side can give one) so that it is lowered too.
+fn same_file_factor(score: f64, earlier: usize) -> f64 {
+    let decay = SAME_FILE_DECAY.powi(i32::try_from(earlier).unwrap_or(i32::MAX));
     if score >= 0.0 {
-        score * factor
+        decay
     } else {
-        score / factor
+        1.0 / decay
     }
 }
 
@@ -1956,6 +1971,17 @@ mod tests {
         // Without vectors hybrid is BM25.
         let scores = fuse(&candidates, SearchMode::Hybrid, false, Fusion::default());
         assert_eq!(scores[&1], 10.0);
+    }
+
+    #[test]
+    fn quoted_code_is_looked_for_in_code_lines_only() {
+        let chunk = "\"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n\"\"\"\n# requests.get in a comment\n// requests.get\n * requests.get\n#[cfg(test)]\n#ifdef HAVE_UTF8PROC\nreturn session.request(url)\n";
+        let words = code_words(chunk).join(" ");
+        assert!(!words.contains("requests.get"), "{words}");
+        assert!(!words.contains("r.ok"), "{words}");
+        assert!(words.contains("#[cfg(test)]"), "{words}");
+        assert!(words.contains("#ifdef HAVE_UTF8PROC"), "{words}");
+        assert!(words.contains("session.request(url)"), "{words}");
     }
 
     #[test]

@@ -148,7 +148,7 @@ const MAX_SIGNATURE_LINE_CHARS: usize = 200;
 /// A trimmed line that is a comment, a doc comment or a Rust attribute or C
 /// preprocessor line other than a macro definition. (A Java annotation line
 /// can declare the method too: `@Override public int size() {`.)
-pub(crate) fn is_comment_or_attribute(line: &str) -> bool {
+fn is_comment_or_attribute(line: &str) -> bool {
     let macro_definition = line.starts_with("#define");
     !macro_definition
         && ["//", "/*", "*", "#", "--", "\"\"\"", "'''", ";"]

@@ -324,18 +324,11 @@ impl Store {
     }
 
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()?)
+        meta(&self.conn, key)
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            params![key, value],
-        )?;
-        Ok(())
+        set_meta(&self.conn, key, value)
     }
 
     pub fn catalog(&self, branch: &str) -> Result<HashMap<String, CatalogEntry>> {
@@ -763,11 +756,7 @@ const EMBEDDING_IDS_ISSUED: &str = "embedding_ids_issued";
 /// grow. Call [`issued_embedding_ids`] with the last id used, in the same
 /// transaction.
 pub fn next_embedding_id(conn: &Connection) -> Result<i64> {
-    let issued: i64 = conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [EMBEDDING_IDS_ISSUED], |r| {
-            r.get::<_, String>(0)
-        })
-        .optional()?
+    let issued: i64 = meta(conn, EMBEDDING_IDS_ISSUED)?
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let max: i64 = conn.query_row("SELECT coalesce(max(id), 0) FROM embeddings", [], |r| r.get(0))?;
@@ -776,9 +765,20 @@ pub fn next_embedding_id(conn: &Connection) -> Result<i64> {
 
 /// Records `last` as the highest embedding id handed out.
 pub fn issued_embedding_ids(conn: &Connection, last: i64) -> Result<()> {
+    set_meta(conn, EMBEDDING_IDS_ISSUED, &last.to_string())
+}
+
+/// A value of the index's `meta` table, on any connection (or transaction).
+fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
+    Ok(conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()?)
+}
+
+fn set_meta(conn: &Connection, key: &str, value: &str) -> Result<()> {
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        params![EMBEDDING_IDS_ISSUED, last.to_string()],
+        params![key, value],
     )?;
     Ok(())
 }

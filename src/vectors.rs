@@ -130,7 +130,8 @@ impl VectorIndex {
         // reused id, so it is rebuilt once.
         let removed_before: Option<usize> = store.meta(&removed_key)?.and_then(|v| v.parse().ok());
         let mut removed = 0usize;
-        let trusted = loaded && index.dimensions() == dimensions && removed_before.is_some() && {
+        // With the file usable as it is: the removals since its last build.
+        let removed_in_all = if loaded && index.dimensions() == dimensions && removed_before.is_some() {
             // Ids are never reused (`store::next_embedding_id`), so a key whose row
             // is gone is a vector to remove, and every other key still holds
             // its row's vector.
@@ -141,24 +142,25 @@ impl VectorIndex {
                 .query_map(rusqlite::params![embedder_id, stored_max], |r| r.get::<_, i64>(0))?
                 .map(|id| id.map(|id| id as u64))
                 .collect::<rusqlite::Result<_>>()?;
-            for key in 0..=stored_max as u64 {
-                if !live.contains(&key) && index.contains(key) {
-                    index
-                        .remove(key)
-                        .map_err(|e| anyhow!("removing from the vector index: {e}"))?;
+            // A removal usearch refuses leaves the file untrusted: rebuilt below.
+            let removals_done = (0..=stored_max as u64)
+                .filter(|key| !live.contains(key) && index.contains(*key))
+                .all(|key| {
                     removed += 1;
-                }
-            }
+                    index.remove(key).is_ok()
+                });
+            let total = removed_before.unwrap_or(0) + removed;
             // Removed nodes stay in the graph as waypoints; past a quarter of
             // the live ones a rebuild makes a smaller, better graph.
-            let removed_in_all = removed_before.unwrap_or(0) + removed;
-            index.size() == live.len() && removed_in_all * 4 <= live.len().max(1)
+            (removals_done && index.size() == live.len() && total * 4 <= live.len().max(1)).then_some(total)
+        } else {
+            None
         };
+        let trusted = removed_in_all.is_some();
         let (index, from_id) = if trusted {
             (index, stored_max)
         } else {
             removed = 0;
-            store.set_meta(&removed_key, "0")?;
             (new_index(dimensions, quantization)?, -1)
         };
         index
@@ -190,10 +192,7 @@ impl VectorIndex {
                 .map_err(|e| anyhow!("saving the vector index: {e}"))?;
             std::fs::rename(&tmp, &path).with_context(|| format!("publishing {}", path.display()))?;
             store.set_meta(&meta_key, &max_id.to_string())?;
-            if removed > 0 {
-                let removed_in_all = removed_before.unwrap_or(0) + removed;
-                store.set_meta(&removed_key, &removed_in_all.to_string())?;
-            }
+            store.set_meta(&removed_key, &removed_in_all.unwrap_or(0).to_string())?;
         }
         Ok(index.size())
     }
