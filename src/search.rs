@@ -39,11 +39,12 @@ const MATCH_ROW_BUDGET: f64 = 10_000.0;
 /// unless they are in more than this share of chunks (words like `return`:
 /// they would match everything and rank nothing).
 const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
-/// Each hit already listed from a file scales the next one from it by this
+/// A chunk of a file already listed competes at this share of its score
 /// (see `diversify`): a soft per-file limit. Chosen on the public eval
-/// (BENCHMARKS.md): a hard limit of 3 per file cut chunk hits, a stronger
-/// decay traded them for file recall.
-const SAME_FILE_DECAY: f64 = 0.95;
+/// (BENCHMARKS.md): a hard limit of 3 per file cut chunk hits; a factor that
+/// compounded per listed chunk (×0.95 each) buried the fourth and fifth
+/// functions of the right file; a stronger one traded chunk hits for file recall.
+const SAME_FILE_FACTOR: f64 = 0.9;
 
 /// Why a `max_per_file` of 0 is refused (the CLI and the MCP tools say so).
 pub const MAX_PER_FILE_AT_LEAST_ONE: &str = "must be at least 1 (1 lists each file once)";
@@ -1607,9 +1608,9 @@ fn is_changelog_path(path: &str) -> bool {
 }
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
-/// file and any beyond `max_per_file` per file. A hit competes at
-/// `SAME_FILE_DECAY` times its score per hit already kept from its file, so
-/// one file fills the list only when its chunks clearly beat the rest.
+/// file and any beyond `max_per_file` per file. A hit of a file already
+/// listed competes at `SAME_FILE_FACTOR` times its score, so a second file
+/// comes before the first file's next chunk unless that chunk clearly beats it.
 fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) -> Vec<SearchHit> {
     let max_per_file = max_per_file.unwrap_or(usize::MAX).max(1);
     let mut file_numbers: HashMap<&str, usize> = HashMap::new();
@@ -1664,15 +1665,14 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
     kept
 }
 
-/// What a hit's `score` is multiplied by for `earlier` hits of its file
-/// listed above it: `SAME_FILE_DECAY` per hit, inverted for a negative score
+/// What a hit's `score` is multiplied by when `earlier` hits of its file are
+/// listed above it: `SAME_FILE_FACTOR` once, inverted for a negative score
 /// (the semantic side can give one) so that it is lowered too.
 fn same_file_factor(score: f64, earlier: usize) -> f64 {
-    let decay = SAME_FILE_DECAY.powi(i32::try_from(earlier).unwrap_or(i32::MAX));
-    if score >= 0.0 {
-        decay
-    } else {
-        1.0 / decay
+    match (earlier, score >= 0.0) {
+        (0, _) => 1.0,
+        (_, true) => SAME_FILE_FACTOR,
+        (_, false) => 1.0 / SAME_FILE_FACTOR,
     }
 }
 
@@ -1724,21 +1724,25 @@ mod tests {
             hit("a.rs", 1, 10, 1.00),
             hit("a.rs", 5, 12, 0.99), // overlaps the first: dropped
             hit("a.rs", 20, 30, 0.99),
-            hit("a.rs", 40, 50, 0.98),
-            hit("b.rs", 1, 10, 0.93),
-            hit("a.rs", 60, 70, 0.80),
+            hit("c.rs", 1, 10, 0.95),
+            hit("a.rs", 40, 50, 0.97),
+            hit("a.rs", 60, 70, 0.96),
+            hit("b.rs", 1, 10, 0.85),
+            hit("a.rs", 80, 90, 0.80),
         ];
         let kept = diversify(hits.clone(), 10, None);
-        // a.rs:20 (0.99 x 0.95 = 0.94) still beats b.rs; a.rs:40 (0.98 x
-        // 0.95^2 = 0.88) no longer does.
+        // c.rs comes before a.rs:20 (0.99 x 0.9 = 0.891); the factor does not
+        // compound, so a.rs:60 (0.96 x 0.9 = 0.864) still beats b.rs.
         assert_eq!(
             order(&kept),
             [
                 ("a.rs".into(), 1),
+                ("c.rs".into(), 1),
                 ("a.rs".into(), 20),
-                ("b.rs".into(), 1),
                 ("a.rs".into(), 40),
-                ("a.rs".into(), 60)
+                ("a.rs".into(), 60),
+                ("b.rs".into(), 1),
+                ("a.rs".into(), 80)
             ]
         );
         assert!(
@@ -1747,7 +1751,12 @@ mod tests {
         );
         assert_eq!(
             order(&diversify(hits.clone(), 10, Some(2))),
-            [("a.rs".into(), 1), ("a.rs".into(), 20), ("b.rs".into(), 1)]
+            [
+                ("a.rs".into(), 1),
+                ("c.rs".into(), 1),
+                ("a.rs".into(), 20),
+                ("b.rs".into(), 1)
+            ]
         );
         assert_eq!(diversify(hits.clone(), 2, None).len(), 2);
         // Negative scores (semantic side) are lowered too, not raised.
