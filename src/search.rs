@@ -1000,7 +1000,11 @@ impl Searcher {
         }
         if let Some(lang) = &req.language {
             params.push(Value::Text(lang.to_ascii_lowercase()));
-            sql.push_str(&format!(" AND f.language = ?{}", params.len()));
+            // A lookup only when filtering: the queries do not join `files`.
+            sql.push_str(&format!(
+                " AND (SELECT language FROM files WHERE id = c.file_id) = ?{}",
+                params.len()
+            ));
         }
         if let Some(kind) = &req.kind {
             params.push(Value::Text(kind.to_ascii_lowercase()));
@@ -1033,7 +1037,6 @@ impl Searcher {
         let mut visible_stmt = self.store.conn.prepare_cached(&format!(
             "SELECT c.id FROM chunks c
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             JOIN files f ON f.id = c.file_id
              WHERE c.id = ?{id_param}{filter_sql}"
         ))?;
         let mut depth = fetch;
@@ -1119,7 +1122,6 @@ impl Searcher {
             "SELECT c.id FROM embeddings e
              JOIN chunks c ON c.content_hash = e.content_hash
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             JOIN files f ON f.id = c.file_id
              WHERE e.id = ?{id_param}{filter_sql}"
         ))?;
         let mut out = Vec::new();
@@ -1145,7 +1147,6 @@ impl Searcher {
             "SELECT c.id, s.name, s.start_line, s.end_line FROM chunk_symbols s
              JOIN chunks c ON c.id = s.chunk_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             JOIN files f ON f.id = c.file_id
              WHERE s.key = ?{key_param}{filter_sql} LIMIT 50"
         );
         let mut stmt = self.store.conn.prepare_cached(&sql)?;
