@@ -564,7 +564,7 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
             crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
             embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            model.embed_batch(&[query.as_str()])?;
+            model.embed_batch_with_candle(&[query.as_str()])?;
             batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }

@@ -14,7 +14,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::bert::{QueryEncoder, MAX_QUERY_TOKENS};
+use crate::bert::{BatchEncoder, QueryEncoder, MAX_QUERY_TOKENS};
 use crate::model::{self, ModelSpec};
 
 /// Whether a text is a document (a chunk) or a search query; some models
@@ -56,8 +56,11 @@ pub struct LocalBert {
     id: String,
     dir: PathBuf,
     config: Config,
-    /// Both passes load on first use: a search process only ever runs the query pass.
-    batch_pass: OnceLock<std::result::Result<BertModel, String>>,
+    /// The passes load on first use: a search process only ever runs the query pass.
+    batch_pass: OnceLock<std::result::Result<BatchEncoder, String>>,
+    /// candle's own BertModel: for a model ken's passes do not run, and the
+    /// reference they are checked and benchmarked against.
+    candle_pass: OnceLock<std::result::Result<BertModel, String>>,
     query_pass: OnceLock<std::result::Result<QueryEncoder, String>>,
     tokenizer: Tokenizer,
     dimensions: usize,
@@ -93,6 +96,7 @@ impl LocalBert {
             dir: dir.to_path_buf(),
             config,
             batch_pass: OnceLock::new(),
+            candle_pass: OnceLock::new(),
             query_pass: OnceLock::new(),
             tokenizer,
             dimensions: spec.dimensions,
@@ -100,15 +104,23 @@ impl LocalBert {
         Ok(local)
     }
 
-    fn batch_model(&self) -> Result<&BertModel> {
+    fn weights(&self) -> std::result::Result<VarBuilder<'static>, String> {
+        // SAFETY: the weights file is mapped read-only and not modified while mapped.
+        unsafe { VarBuilder::from_mmaped_safetensors(&[self.dir.join("model.safetensors")], DType::F32, &Device::Cpu) }
+            .map_err(|e| format!("loading model.safetensors: {e}"))
+    }
+
+    fn batch_model(&self) -> Result<&BatchEncoder> {
         self.batch_pass
+            .get_or_init(|| BatchEncoder::load(self.weights()?, &self.config).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    fn candle_model(&self) -> Result<&BertModel> {
+        self.candle_pass
             .get_or_init(|| {
-                // SAFETY: the weights file is mapped read-only and not modified while mapped.
-                let vb = unsafe {
-                    VarBuilder::from_mmaped_safetensors(&[self.dir.join("model.safetensors")], DType::F32, &Device::Cpu)
-                }
-                .map_err(|e| format!("loading model.safetensors: {e}"))?;
-                BertModel::load(vb, &self.config).map_err(|e| format!("building the BERT model: {e}"))
+                BertModel::load(self.weights()?, &self.config).map_err(|e| format!("building the BERT model: {e}"))
             })
             .as_ref()
             .map_err(|e| anyhow!("{e}"))
@@ -159,9 +171,28 @@ impl Embedder for LocalBert {
 }
 
 impl LocalBert {
-    /// candle's pass over a padded batch: what chunks go through, and the
-    /// reference the query pass is checked and benchmarked against.
+    /// The pass over a padded batch, what chunks go through: ken's, or
+    /// candle's for a model ken's does not run.
     pub fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        match self.batch_model() {
+            Ok(encoder) => self.pooled(texts, |ids, types, mask| encoder.forward(ids, types, mask)),
+            Err(_) => self.embed_batch_with_candle(texts),
+        }
+    }
+
+    /// candle's BertModel over the same batch.
+    pub fn embed_batch_with_candle(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let model = self.candle_model()?;
+        self.pooled(texts, |ids, types, mask| Ok(model.forward(ids, types, Some(mask))?))
+    }
+
+    /// The texts tokenized and padded to one batch, run through `forward`
+    /// (ids, types, mask → hidden states), mean-pooled and made unit length.
+    fn pooled(
+        &self,
+        texts: &[&str],
+        forward: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -183,7 +214,7 @@ impl LocalBert {
         let ids = Tensor::from_vec(ids, (n, len), &device)?;
         let types = Tensor::from_vec(types, (n, len), &device)?;
         let mask = Tensor::from_vec(mask, (n, len), &device)?;
-        let hidden = self.batch_model()?.forward(&ids, &types, Some(&mask))?;
+        let hidden = forward(&ids, &types, &mask)?;
         // Mean over the real tokens, then unit length.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
