@@ -285,6 +285,14 @@ struct Candidate {
     exact_member: Option<Member>,
 }
 
+/// A candidate's chunk as read from the index, with its stored vectors (raw)
+/// until the query vector is there to compare them with.
+struct CandidateRow {
+    hit: SearchHit,
+    vector: Option<Vec<u8>>,
+    signature: Option<Vec<u8>>,
+}
+
 /// A definition inside a packed chunk: name, first and last line.
 type Member = (String, u32, u32);
 
@@ -621,7 +629,7 @@ impl Searcher {
                 candidates.entry(id).or_default().similarity = Some(similarity);
             }
         }
-        let mut hits = self.load_hits(&mut candidates, false, None, None)?;
+        let mut hits = self.load_hits(&mut candidates, false, None, None, HashMap::new())?;
         if let Some((_, path)) = &source {
             if !include_source_file {
                 hits.retain(|h| &h.path != path);
@@ -749,17 +757,43 @@ impl Searcher {
         // core while this one runs the lexical side (the model is the slower half).
         let prefetch = req.mode != SearchMode::Lexical && req.query.split_whitespace().count() > 1;
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
-        let (lexical, prefetched) = std::thread::scope(|scope| {
+        // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
+        let fragments: &[String] = if req.mode == SearchMode::Semantic {
+            &[]
+        } else {
+            &q.fragments
+        };
+        // Text is read for every candidate only when common terms score on
+        // it or code fragments of the query are looked for in it.
+        let needs_content = |common: &CommonTerms| !common.terms.is_empty() || !fragments.is_empty();
+        let (lexical, prefetched, preloaded) = std::thread::scope(|scope| {
             let job = prefetch_side.map(|side| {
                 let query = req.query.as_str();
                 scope.spawn(move || side.embed_query(query))
             });
             let lexical = self.lexical_side(&q, req, fetch);
+            // While the other core embeds the query, read the lexical
+            // candidates' chunks and stored vectors (a failure here only
+            // means they are read after).
+            let preloaded = match (&lexical, prefetch_side) {
+                (Ok((candidates, _, common)), Some(side)) => {
+                    let vector_model = (req.mode == SearchMode::Hybrid).then(|| side.embedder.id());
+                    let signature_model = crate::semantic::signature_model(side.embedder.id());
+                    self.read_rows(
+                        candidates.keys().copied(),
+                        needs_content(common),
+                        vector_model,
+                        Some(&signature_model),
+                    )
+                    .unwrap_or_default()
+                }
+                _ => HashMap::new(),
+            };
             let prefetched = job.map(|j| {
                 j.join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")))
             });
-            (lexical, prefetched)
+            (lexical, prefetched, preloaded)
         });
         let (mut candidates, matched_terms, common) = lexical?;
         let lexical_done = Instant::now();
@@ -823,15 +857,7 @@ impl Searcher {
             }
         }
         let rescore_done = Instant::now();
-        // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
-        let fragments: &[String] = if req.mode == SearchMode::Semantic {
-            &[]
-        } else {
-            &q.fragments
-        };
-        // Text is read for every candidate only when common terms score on
-        // it or code fragments of the query are looked for in it.
-        let with_content = !common.terms.is_empty() || !fragments.is_empty();
+        let with_content = needs_content(&common);
         let mut hits = self.load_hits(
             &mut candidates,
             with_content,
@@ -839,6 +865,7 @@ impl Searcher {
             signatures_from
                 .as_ref()
                 .map(|(model, query)| (model.as_str(), query.as_slice())),
+            preloaded,
         )?;
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
@@ -1160,16 +1187,65 @@ impl Searcher {
     /// [`Self::load_contents`] reads it for the few that are returned). With
     /// `fill_from` (model, query vector), a candidate that has no similarity
     /// yet gets it from its stored vector, if it has one; with
-    /// `signatures_from`, its signature similarity likewise.
+    /// `signatures_from`, its signature similarity likewise. Rows in
+    /// `preloaded` (read with the same `with_content` and models) are not read again.
     fn load_hits(
         &self,
         candidates: &mut HashMap<i64, Candidate>,
         with_content: bool,
         fill_from: Option<(&str, &[f32])>,
         signatures_from: Option<(&str, &[f32])>,
+        mut preloaded: HashMap<i64, CandidateRow>,
     ) -> Result<Vec<SearchHit>> {
-        // One statement per chunk; the CASEs skip the lookups that are not needed.
-        let mut stmt = self.store.conn.prepare_cached(
+        let mut stmt = self.row_statement()?;
+        let mut hits = Vec::with_capacity(candidates.len());
+        for (&id, candidate) in candidates.iter_mut() {
+            let row = match preloaded.remove(&id) {
+                Some(row) => row,
+                None => {
+                    let model = fill_from
+                        .filter(|_| candidate.similarity.is_none())
+                        .map(|(model, _)| model);
+                    let signature_model = signatures_from.map(|(model, _)| model);
+                    self.read_row(&mut stmt, id, with_content, model, signature_model)?
+                }
+            };
+            if let (None, Some(blob), Some((_, query))) = (candidate.similarity, &row.vector, fill_from) {
+                candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(blob)));
+            }
+            if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
+                // One vector per name of the chunk, end to end: the nearest counts.
+                candidate.signature_similarity = crate::vectors::decode(blob)
+                    .chunks_exact(query.len().max(1))
+                    .map(|v| crate::embed::cosine(query, v))
+                    .reduce(f32::max);
+            }
+            hits.push(row.hit);
+        }
+        Ok(hits)
+    }
+
+    /// The rows of `ids` (see [`Self::read_row`]).
+    fn read_rows(
+        &self,
+        ids: impl IntoIterator<Item = i64>,
+        with_content: bool,
+        vector_model: Option<&str>,
+        signature_model: Option<&str>,
+    ) -> Result<HashMap<i64, CandidateRow>> {
+        let mut stmt = self.row_statement()?;
+        ids.into_iter()
+            .map(|id| {
+                let row = self.read_row(&mut stmt, id, with_content, vector_model, signature_model)?;
+                Ok((id, row))
+            })
+            .collect()
+    }
+
+    /// The statement [`Self::read_row`] runs: one lookup per chunk, whose
+    /// CASEs skip what is not asked for.
+    fn row_statement(&self) -> Result<rusqlite::CachedStatement<'_>> {
+        Ok(self.store.conn.prepare_cached(
             "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
                     CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
                     CASE WHEN ?4 IS NOT NULL THEN
@@ -1180,17 +1256,24 @@ impl Searcher {
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
              WHERE c.id = ?1",
-        )?;
-        let mut hits = Vec::with_capacity(candidates.len());
-        for (&id, candidate) in candidates.iter_mut() {
-            let model = fill_from
-                .filter(|_| candidate.similarity.is_none())
-                .map(|(model, _)| model);
-            let signature_model = signatures_from.map(|(model, _)| model);
-            let (hit, vector, signature) = stmt.query_row(
-                rusqlite::params![id, self.branch, with_content, model, signature_model],
-                |r| {
-                    let hit = SearchHit {
+        )?)
+    }
+
+    /// A candidate's chunk, with its text when `with_content`, its vector of
+    /// `vector_model` and its signature vectors of `signature_model` when given.
+    fn read_row(
+        &self,
+        stmt: &mut rusqlite::Statement,
+        id: i64,
+        with_content: bool,
+        vector_model: Option<&str>,
+        signature_model: Option<&str>,
+    ) -> Result<CandidateRow> {
+        let row = stmt.query_row(
+            rusqlite::params![id, self.branch, with_content, vector_model, signature_model],
+            |r| {
+                Ok(CandidateRow {
+                    hit: SearchHit {
                         path: r.get(0)?,
                         start_line: r.get(1)?,
                         end_line: r.get(2)?,
@@ -1203,23 +1286,13 @@ impl Searcher {
                         content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
                         explain: None,
                         chunk_id: id,
-                    };
-                    Ok((hit, r.get::<_, Option<Vec<u8>>>(8)?, r.get::<_, Option<Vec<u8>>>(9)?))
-                },
-            )?;
-            if let (Some(blob), Some((_, query))) = (vector, fill_from) {
-                candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(&blob)));
-            }
-            if let (Some(blob), Some((_, query))) = (signature, signatures_from) {
-                // One vector per name of the chunk, end to end: the nearest counts.
-                candidate.signature_similarity = crate::vectors::decode(&blob)
-                    .chunks_exact(query.len().max(1))
-                    .map(|v| crate::embed::cosine(query, v))
-                    .reduce(f32::max);
-            }
-            hits.push(hit);
-        }
-        Ok(hits)
+                    },
+                    vector: r.get(8)?,
+                    signature: r.get(9)?,
+                })
+            },
+        )?;
+        Ok(row)
     }
 
     /// Reads the text of hits loaded without it.
