@@ -75,10 +75,7 @@ impl QueryEncoder {
         // SAFETY: the weights file is mapped read-only and not modified while mapped.
         let weights =
             unsafe { MmapedSafetensors::new(dir.join("model.safetensors")) }.context("mapping model.safetensors")?;
-        let prefix = ["", "bert.", "model."]
-            .into_iter()
-            .find(|p| weights.get(&format!("{p}embeddings.word_embeddings.weight")).is_ok())
-            .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))?;
+        let prefix = weights_prefix(|name| weights.get(name).is_ok())?;
         // Word embedding rows are read straight from the mapped file.
         let words = weights.get(&format!("{prefix}embeddings.word_embeddings.weight"))?;
         if DType::try_from(words.dtype()).ok() != Some(DType::F32) {
@@ -267,6 +264,15 @@ fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
     }
 }
 
+/// What the weights' tensor names start with (`""`, `"bert."` or `"model."`),
+/// given whether the file `has` a tensor of that name.
+fn weights_prefix(has: impl Fn(&str) -> bool) -> Result<&'static str> {
+    ["", "bert.", "model."]
+        .into_iter()
+        .find(|p| has(&format!("{p}embeddings.word_embeddings.weight")))
+        .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))
+}
+
 /// Refuses what these passes do not run (candle's BertModel then runs the model).
 fn check_architecture(config: &Config) -> Result<()> {
     if config.hidden_act != HiddenAct::Gelu {
@@ -306,14 +312,10 @@ struct BatchLayer {
 impl BatchEncoder {
     pub fn load(vb: VarBuilder, config: &Config) -> Result<BatchEncoder> {
         check_architecture(config)?;
-        let prefix = ["", "bert", "model"]
-            .into_iter()
-            .find(|p| {
-                let dot = if p.is_empty() { "" } else { "." };
-                vb.contains_tensor(&format!("{p}{dot}embeddings.word_embeddings.weight"))
-            })
-            .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))?;
-        let vb = if prefix.is_empty() { vb } else { vb.pp(prefix) };
+        let vb = match weights_prefix(|name| vb.contains_tensor(name))? {
+            "" => vb,
+            prefix => vb.pp(prefix.trim_end_matches('.')),
+        };
         let (hidden, inter, eps) = (config.hidden_size, config.intermediate_size, config.layer_norm_eps);
         let norm = |vb: VarBuilder| candle_nn::layer_norm(hidden, eps, vb);
         let e = vb.pp("embeddings");
