@@ -5,6 +5,7 @@
 //! [`store`] (with [`lexical`] terms), and [`search`] answers queries.
 //! [`cli`] is the command line on top. See ARCHITECTURE.md for the map.
 
+pub mod adapter;
 pub mod bench;
 pub mod bert;
 pub mod bm25;

@@ -15,6 +15,7 @@ use rusqlite::types::Value;
 use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
+use crate::adapter::QueryAdapter;
 use crate::embed::{Embedder, InputKind};
 use crate::git;
 use crate::lang;
@@ -232,6 +233,10 @@ struct SemanticSide {
     dimensions: usize,
     /// Identity of the vector file opened (a republished file is a new inode).
     stamp: Option<(u64, std::time::SystemTime)>,
+    /// Carries query vectors toward the code they describe (`adapter`), with
+    /// the fit it comes from.
+    adapter: Option<QueryAdapter>,
+    adapter_fit: Option<String>,
     /// The vectors of the latest queries: agents often repeat a query with
     /// other filters, and the model is the slowest part of a search.
     recent_queries: std::sync::Mutex<std::collections::VecDeque<(String, Vec<f32>)>>,
@@ -253,6 +258,10 @@ impl SemanticSide {
             .into_iter()
             .next()
             .context("the embedder returned no vector for the query")?;
+        let vector = match &self.adapter {
+            Some(adapter) => adapter.apply(&vector),
+            None => vector,
+        };
         let mut recent = recent();
         if recent.len() >= RECENT_QUERY_VECTORS {
             recent.pop_front();
@@ -570,6 +579,12 @@ impl Searcher {
         }
         if let Some(side) = self.semantic.get_mut() {
             let model = side.embedder.id().to_string();
+            let adapter_fit = crate::adapter::fingerprint(&self.store.conn);
+            if adapter_fit != side.adapter_fit {
+                side.adapter = crate::adapter::load(&self.store.conn, &model);
+                side.adapter_fit = adapter_fit;
+                side.recent_queries.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+            }
             let stamp = vector_file_stamp(&self.store, &model);
             if stamp != side.stamp {
                 match VectorIndex::open(&self.store, &model, side.dimensions) {
@@ -732,6 +747,8 @@ impl Searcher {
                 vectors,
                 dimensions,
                 stamp,
+                adapter: crate::adapter::load(&self.store.conn, &model),
+                adapter_fit: crate::adapter::fingerprint(&self.store.conn),
                 recent_queries: Default::default(),
             })
         };

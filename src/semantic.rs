@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
+use crate::adapter;
 use crate::embed::{Embedder, InputKind, LocalBert};
 use crate::progress::Reporter;
 use crate::provider::{HttpEmbedder, ProviderConfig};
@@ -244,6 +245,15 @@ pub fn embed_missing_until(
     } else {
         PassCount::default()
     };
+    // The adapter last: search is complete without it, and it needs the chunk model's vectors.
+    let adapter_finished = if chunk_side.finished && signature_side.finished {
+        fit_query_adapter(&pass, branch, &model, contents).unwrap_or_else(|e| {
+            tracing::warn!("query adapter not fitted: {e:#}");
+            true
+        })
+    } else {
+        false
+    };
     let in_index = publish(store, embedder)?;
     if chunk_side.finished && signature_side.finished {
         // Housekeeping: the vectors are complete and published whether or not it works.
@@ -262,7 +272,51 @@ pub fn embed_missing_until(
         signatures_embedded: signature_side.embedded,
         seconds: started.elapsed().as_secs_f64(),
     };
-    Ok((report, chunk_side.finished && signature_side.finished))
+    Ok((
+        report,
+        chunk_side.finished && signature_side.finished && adapter_finished,
+    ))
+}
+
+/// Fits the query adapter of `model` ([`crate::adapter`]) unless the last
+/// fit still stands for the branch's `contents`; `false` when paused or
+/// cancelled before the end (nothing is saved).
+fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64) -> Result<bool> {
+    let conn = &pass.store.conn;
+    if adapter::is_current(conn, model, contents)? {
+        return Ok(true);
+    }
+    let pairs = adapter::training_pairs(conn, branch, embedding_text)?;
+    if pairs.len() < adapter::MIN_PAIRS {
+        adapter::save(conn, model, contents, pairs.len(), None)?;
+        return Ok(true);
+    }
+    let started = Instant::now();
+    let mut progress = pass
+        .reporter
+        .phase("fitting the query adapter", "pairs", pairs.len() as u64);
+    let (mut questions, mut targets) = (Vec::new(), Vec::new());
+    for batch in pairs.chunks(pass.embedder.preferred_batch().max(1)) {
+        if pass.reporter.is_cancelled() || (pass.pause)() {
+            return Ok(false);
+        }
+        let asked: Vec<&str> = batch.iter().map(|(question, _)| question.as_str()).collect();
+        questions.extend(pass.embedder.embed(&asked, InputKind::Query)?);
+        // Code vectors go through the shared cache: a clone fits again cheaply.
+        let code: Vec<(i64, Vec<String>)> = batch.iter().map(|(_, code)| (0, vec![code.clone()])).collect();
+        targets.extend(embed_batch(pass.embedder, model, pass.shared, &code)?.0);
+        progress.inc(batch.len() as u64);
+    }
+    let embedded = started.elapsed();
+    let fitted = adapter::QueryAdapter::fit(&questions, &targets);
+    adapter::save(conn, model, contents, pairs.len(), fitted.as_ref())?;
+    tracing::info!(
+        "query adapter fitted on {} pairs in {:.2} s ({:.2} s embedding them)",
+        pairs.len(),
+        started.elapsed().as_secs_f64(),
+        embedded.as_secs_f64()
+    );
+    Ok(true)
 }
 
 /// What to embed for `model`: for each distinct content of the branch that

@@ -38,6 +38,9 @@ pub struct Status {
     pub distinct_contents: u64,
     /// This branch's contents with a signature vector (named definitions only).
     pub signature_vectors: u64,
+    /// The documented definitions the query adapter was fitted on (see
+    /// `adapter`); below 100 there is no adapter. None: not fitted yet.
+    pub query_adapter_pairs: Option<usize>,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
     pub freshness: crate::freshness::Freshness,
 }
@@ -93,10 +96,13 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         } else {
             embedded_contents as f64 / distinct_contents as f64
         },
-        embedding_model,
         embedded_contents,
         distinct_contents,
         signature_vectors,
+        embedding_model: embedding_model.clone(),
+        query_adapter_pairs: embedding_model
+            .as_deref()
+            .and_then(|model| crate::adapter::fitted_pairs(&store.conn, model)),
     })
 }
 
@@ -136,6 +142,17 @@ impl Status {
                     self.distinct_contents,
                     self.signature_vectors
                 );
+                let adapter = match self.query_adapter_pairs {
+                    Some(pairs) if pairs >= crate::adapter::MIN_PAIRS => {
+                        format!("fitted on {pairs} documented definitions")
+                    }
+                    Some(pairs) => format!(
+                        "none ({pairs} documented definitions, {} needed)",
+                        crate::adapter::MIN_PAIRS
+                    ),
+                    None => "not fitted yet".to_string(),
+                };
+                let _ = writeln!(out, "  query adapter: {adapter}");
             }
             None => {
                 let _ = writeln!(out, "  embeddings:   none (lexical search only)");

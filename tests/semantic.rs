@@ -99,9 +99,17 @@ fn a_query_embeds_as_it_would_in_a_batch() {
 /// The names in the best semantic-only result (several when tiny
 /// definitions are packed into one chunk).
 fn semantic_top(root: &Path, query: &str) -> Vec<String> {
-    let hits = ken_json(root, &["search", "--json", "--mode", "semantic", "-k", "3", query]);
+    let hits = semantic_hits(root, query, 3, &[]);
     let label = hits[0]["symbol"].as_str().unwrap_or_default();
     label.split(", ").map(str::to_string).collect()
+}
+
+/// `ken search --mode semantic` results, with `env` set.
+fn semantic_hits(root: &Path, query: &str, k: usize, env: &[(&str, String)]) -> Vec<Value> {
+    let k = k.to_string();
+    let out = ken_env(root, &["search", "--json", "--mode", "semantic", "-k", &k, query], env);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("a JSON list")
 }
 
 fn index_json(root: &Path) -> Value {
@@ -135,19 +143,8 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
     assert_eq!(again["embedding"]["reused"].as_u64(), Some(contents));
 
     assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
-    let hits = ken_json(
-        root,
-        &[
-            "search",
-            "--json",
-            "--mode",
-            "semantic",
-            "-k",
-            "3",
-            "collapse runs of spaces",
-        ],
-    );
-    assert_eq!(hits[0]["symbol"], "normalize_whitespace", "{hits}");
+    let hits = semantic_hits(root, "collapse runs of spaces", 3, &[]);
+    assert_eq!(hits[0]["symbol"], "normalize_whitespace", "{hits:?}");
     // Hybrid keeps exact identifiers first.
     let hits = search(root, "render_template", 3);
     assert_eq!(hits[0]["symbol"], "render_template");
@@ -780,4 +777,77 @@ fn vectors_an_interrupted_switch_left_are_dropped_by_the_next_complete_pass() {
     assert_eq!(count_of("all-MiniLM-L6-v2/128/text3"), 0);
     assert!(count_of("all-MiniLM-L6-v2/256/text3") > 0);
     assert!(count_of("all-MiniLM-L6-v2/256/sig3") > 0);
+}
+
+/// `count` Rust functions documented in varied words, from `first` on.
+fn documented_functions(count: usize, first: usize) -> String {
+    const VERBS: [(&str, &str); 6] = [
+        ("parse", "Parses"),
+        ("render", "Renders"),
+        ("check", "Checks"),
+        ("merge", "Merges"),
+        ("count", "Counts"),
+        ("load", "Loads"),
+    ];
+    const NOUNS: [&str; 7] = ["header", "cookie", "config", "token", "route", "session", "payload"];
+    (first..first + count)
+        .map(|i| {
+            let (verb, says) = VERBS[i % VERBS.len()];
+            let noun = NOUNS[(i / VERBS.len()) % NOUNS.len()];
+            format!(
+                "/// {says} the {noun} of request number {i} before it is sent.\n\
+                 pub fn {verb}_{noun}_{i}(input: &str) -> usize {{\n    let mut total = {i};\n    \
+                 for (at, byte) in input.bytes().enumerate() {{\n        if byte == b'{verb_char}' {{\n            \
+                 total += at;\n        }} else {{\n            total -= 1;\n        }}\n    }}\n    total\n}}\n\n",
+                verb_char = &verb[..1]
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let status = |root: &Path| ken_json(root, &["status", "--json"]);
+
+    // Too few documented definitions: no adapter, and status says so.
+    write(root, "src/few.rs", &documented_functions(5, 0));
+    index_json(root);
+    assert_eq!(status(root)["query_adapter_pairs"], 5);
+    assert!(ken_ok(root, &["status"]).contains("query adapter: none (5 documented definitions, 100 needed)"));
+
+    // Enough: fitted on each of them (the doc comments' first sentences).
+    for part in 0..6 {
+        write(
+            root,
+            &format!("src/part{part}.rs"),
+            &documented_functions(20, 100 + 20 * part),
+        );
+    }
+    index_json(root);
+    assert_eq!(status(root)["query_adapter_pairs"], 125);
+    assert!(ken_ok(root, &["status"]).contains("query adapter: fitted on 125 documented definitions"));
+
+    // Search carries its query vector by the adapter: the same hits score
+    // otherwise without it.
+    let scores = |env: &[(&str, String)]| -> Vec<(String, f64)> {
+        let hits = semantic_hits(root, "sum the lengths of cookies", 5, env);
+        hits.iter()
+            .map(|h| (h["symbol"].as_str().unwrap().to_string(), h["score"].as_f64().unwrap()))
+            .collect()
+    };
+    let adapted = scores(&[]);
+    let plain = scores(&[("KEN_QUERY_ADAPTER", "0".to_string())]);
+    assert_eq!(adapted.len(), 5);
+    assert_ne!(adapted, plain);
+
+    // A small change keeps the fit; a branch grown by more than a quarter gets a new one.
+    write(root, "src/one_more.rs", &documented_functions(1, 900));
+    index_json(root);
+    assert_eq!(status(root)["query_adapter_pairs"], 125);
+    write(root, "src/grown.rs", &documented_functions(60, 1000));
+    index_json(root);
+    assert_eq!(status(root)["query_adapter_pairs"], 186);
 }
