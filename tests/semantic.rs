@@ -818,6 +818,19 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     assert_eq!(status(root)["query_adapter_pairs"], 5);
     assert!(ken_ok(root, &["status"]).contains("query adapter: none (5 documented definitions, 100 needed)"));
 
+    // A long-lived searcher (as `ken serve` pools them), opened before the fit.
+    let semantic = |query: &str| {
+        let mut req = ken::search::SearchRequest::new(query);
+        req.mode = ken::search::SearchMode::Semantic;
+        req.limit = 5;
+        req
+    };
+    let scored = |hits: Vec<ken::search::SearchHit>| -> Vec<(Option<String>, f64)> {
+        hits.into_iter().map(|h| (h.symbol, h.score)).collect()
+    };
+    let mut pooled = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    pooled.search(&semantic("count the cookies")).unwrap();
+
     // Enough: fitted on each of them (the doc comments' first sentences).
     for part in 0..6 {
         write(
@@ -842,6 +855,15 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     let plain = scores(&[("KEN_QUERY_ADAPTER", "0".to_string())]);
     assert_eq!(adapted.len(), 5);
     assert_ne!(adapted, plain);
+
+    // The pooled searcher takes the new fit up: it ranks as a new one does.
+    assert!(pooled.refresh(root));
+    let fresh = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    let query = semantic("sum the lengths of cookies");
+    assert_eq!(
+        scored(pooled.search(&query).unwrap()),
+        scored(fresh.search(&query).unwrap())
+    );
 
     // A small change keeps the fit; a branch grown by more than a quarter gets a new one.
     write(root, "src/one_more.rs", &documented_functions(1, 900));
