@@ -32,6 +32,11 @@ const REFIT_DRIFT: f64 = 0.25;
 /// How much of a search's query vector is the map's image (the rest is the
 /// query as embedded); see [`QueryAdapter::apply`].
 const ADAPTED_SHARE: f32 = 0.5;
+/// Doc sentences shorter than this teach nothing, and queries shorter than
+/// this (a lone identifier, two keywords) are not what the map learnt from:
+/// they are searched as typed (semantic ident chunk H@1 with the map .770,
+/// without .785).
+const MIN_QUESTION_WORDS: usize = 3;
 /// First sentences longer than this are cut (characters).
 const MAX_QUESTION_CHARS: usize = 300;
 
@@ -87,14 +92,14 @@ impl QueryAdapter {
         })
     }
 
-    /// The query vector search uses: the mean of `vector` and its image by
-    /// the map (both unit length), normalised; `vector` itself when its
-    /// dimension is not the adapter's. The image alone is best for
-    /// questions worded like doc comments but loses what the query shares
-    /// word for word with code: on the public eval, semantic mode with the
-    /// image alone took doc chunk H@10 .697 → .793 but swe file R@5 .621 →
-    /// .562 and ident chunk H@1 .785 → .730; the mean takes them to .767,
-    /// .683 and .770 (shares .3 and .7 compared in BENCHMARKS.md).
+    /// The query vector search uses for a question ([`is_question`]): the
+    /// mean of `vector` and its image by the map (both unit length),
+    /// normalised; `vector` itself when its dimension is not the adapter's.
+    /// The image alone is best for questions worded like doc comments but
+    /// loses what the query shares word for word with code: on the public
+    /// eval, semantic mode with the image alone took doc chunk H@10 .697 →
+    /// .793 but swe file R@5 .621 → .562; the mean takes them to .767 and
+    /// .683 (shares .3 and .7 compared in BENCHMARKS.md).
     pub fn apply(&self, vector: &[f32]) -> Vec<f32> {
         if vector.len() != self.dims {
             return vector.to_vec();
@@ -242,6 +247,11 @@ fn docstring(lines: &[&str]) -> Option<(Vec<String>, String)> {
     Some((doc, code.join("\n")))
 }
 
+/// Whether `text` has the words of a question the adapter carries.
+pub fn is_question(text: &str) -> bool {
+    text.split_whitespace().count() >= MIN_QUESTION_WORDS
+}
+
 /// The first sentence of the doc's first paragraph, without tag lines
 /// (`@param`); `None` below three words.
 fn first_sentence(doc: &[String]) -> Option<String> {
@@ -258,7 +268,7 @@ fn first_sentence(doc: &[String]) -> Option<String> {
         .find(|&i| text[i..].is_empty() || text[i..].starts_with(' '))
         .unwrap_or(text.len());
     let sentence: String = text[..end].chars().take(MAX_QUESTION_CHARS).collect();
-    (sentence.split_whitespace().count() >= 3).then_some(sentence)
+    is_question(&sentence).then_some(sentence)
 }
 
 /// Up to [`MAX_PAIRS`] (question, code) pairs from the branch's documented

@@ -259,8 +259,8 @@ impl SemanticSide {
             .next()
             .context("the embedder returned no vector for the query")?;
         let vector = match &self.adapter {
-            Some(adapter) => adapter.apply(&vector),
-            None => vector,
+            Some(adapter) if crate::adapter::is_question(query) => adapter.apply(&vector),
+            _ => vector,
         };
         let mut recent = recent();
         if recent.len() >= RECENT_QUERY_VECTORS {

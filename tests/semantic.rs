@@ -855,6 +855,11 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     let plain = scores(&[("KEN_QUERY_ADAPTER", "0".to_string())]);
     assert_eq!(adapted.len(), 5);
     assert_ne!(adapted, plain);
+    // A lone name or two keywords are searched as typed.
+    for short in ["parse_cookie_12", "cookie lengths"] {
+        let as_typed = |env| semantic_hits(root, short, 5, env);
+        assert_eq!(as_typed(&[]), as_typed(&[("KEN_QUERY_ADAPTER", "0".to_string())]));
+    }
 
     // The pooled searcher takes the new fit up: it ranks as a new one does.
     assert!(pooled.refresh(root));
