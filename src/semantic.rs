@@ -6,6 +6,7 @@
 //! sorted by length (less padding) and each is committed as it finishes, so
 //! an interrupted pass resumes where it stopped.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -300,19 +301,22 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
         if pass.reporter.is_cancelled() || (pass.pause)() {
             return Ok(false);
         }
-        let asked: Vec<&str> = batch.iter().map(|(question, _)| question.as_str()).collect();
+        let asked: Vec<&str> = batch.iter().map(|(_, question, _)| question.as_str()).collect();
         questions.extend(pass.embedder.embed(&asked, InputKind::Query)?);
         // Code vectors go through the shared cache: a clone fits again cheaply.
-        let code: Vec<(i64, Vec<String>)> = batch.iter().map(|(_, code)| (0, vec![code.clone()])).collect();
+        let code: Vec<(i64, Vec<String>)> = batch.iter().map(|(_, _, code)| (0, vec![code.clone()])).collect();
         targets.extend(embed_batch(pass.embedder, model, pass.shared, &code)?.0);
         progress.inc(batch.len() as u64);
     }
     let embedded = started.elapsed();
-    let fitted = adapter::QueryAdapter::fit(&questions, &targets);
-    adapter::save(conn, model, contents, pairs.len(), fitted.as_ref())?;
+    let own: HashSet<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
+    let negatives = adapter::negatives(conn, branch, model, &own, adapter::NEGATIVES)?;
+    let fit = adapter::fit(&questions, &targets, &negatives);
+    adapter::save(conn, model, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
-        "query adapter fitted on {} pairs in {:.2} s ({:.2} s embedding them)",
+        "query adapter fitted on {} pairs ({}) in {:.2} s ({:.2} s embedding them)",
         pairs.len(),
+        fit.summary,
         started.elapsed().as_secs_f64(),
         embedded.as_secs_f64()
     );

@@ -41,6 +41,9 @@ pub struct Status {
     /// The documented definitions the query adapter was fitted on (see
     /// `adapter`); below 100 there is no adapter. None: not fitted yet.
     pub query_adapter_pairs: Option<usize>,
+    /// How the query adapter was chosen: its method and how it ranked
+    /// held-out documented definitions against the query as typed.
+    pub query_adapter_fit: Option<String>,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
     pub freshness: crate::freshness::Freshness,
 }
@@ -103,6 +106,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         query_adapter_pairs: embedding_model
             .as_deref()
             .and_then(|model| crate::adapter::fitted_pairs(&store.conn, model)),
+        query_adapter_fit: crate::adapter::summary(&store.conn),
     })
 }
 
@@ -143,9 +147,10 @@ impl Status {
                     self.signature_vectors
                 );
                 let adapter = match self.query_adapter_pairs {
-                    Some(pairs) if pairs >= crate::adapter::MIN_PAIRS => {
-                        format!("fitted on {pairs} documented definitions")
-                    }
+                    Some(pairs) if pairs >= crate::adapter::MIN_PAIRS => match &self.query_adapter_fit {
+                        Some(how) => format!("fitted on {pairs} documented definitions ({how})"),
+                        None => format!("fitted on {pairs} documented definitions"),
+                    },
                     Some(pairs) => format!(
                         "none ({pairs} documented definitions, {} needed)",
                         crate::adapter::MIN_PAIRS

@@ -841,7 +841,13 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     }
     index_json(root);
     assert_eq!(status(root)["query_adapter_pairs"], 125);
-    assert!(ken_ok(root, &["status"]).contains("query adapter: fitted on 125 documented definitions"));
+    assert!(ken_ok(root, &["status"]).contains("query adapter: fitted on 125 documented definitions ("));
+    // How it was chosen: the method, and held-out definitions ranked better than as typed.
+    let how = status(root)["query_adapter_fit"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(how.contains(": held-out MRR "), "{how}");
 
     // Search carries its query vector by the adapter: the same hits score
     // otherwise without it.
