@@ -284,12 +284,13 @@ pub fn embed_missing_until(
 /// cancelled before the end (nothing is saved).
 fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64) -> Result<bool> {
     let conn = &pass.store.conn;
-    if adapter::is_current(conn, model, contents)? {
+    let method = adapter::Method::from_env()?;
+    if adapter::is_current(conn, model, method, contents)? {
         return Ok(true);
     }
-    let pairs = adapter::training_pairs(conn, branch, embedding_text)?;
+    let pairs = adapter::training_pairs(conn, branch, method, embedding_text)?;
     if pairs.len() < adapter::MIN_PAIRS {
-        adapter::save(conn, model, contents, pairs.len(), None)?;
+        adapter::save(conn, model, method, contents, pairs.len(), None)?;
         return Ok(true);
     }
     let started = Instant::now();
@@ -311,8 +312,8 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
     let embedded = started.elapsed();
     let own: HashSet<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
     let negatives = adapter::negatives(conn, branch, model, &own, adapter::NEGATIVES)?;
-    let fit = adapter::fit(&questions, &targets, &negatives);
-    adapter::save(conn, model, contents, pairs.len(), Some(&fit))?;
+    let fit = adapter::fit(&questions, &targets, &negatives, method);
+    adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
         "query adapter fitted on {} pairs ({}) in {:.2} s ({:.2} s embedding them)",
         pairs.len(),
