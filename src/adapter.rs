@@ -498,8 +498,8 @@ pub fn training_pairs(
         let symbol: Option<String> = row.get(1)?;
         let text: String = row.get(2)?;
         if let Some((question, code)) = question_and_code(&text) {
-            // The ridge fit was measured with the name left in (swe-public
-            // file R@5 .771; .746 without it).
+            // Only the chosen fit was measured without the name (ridge
+            // keeps the sentence it was measured with).
             let question = match symbol.as_deref() {
                 Some(name) if method == Method::Chosen => without_leading_name(&question, name),
                 _ => question,
