@@ -6,9 +6,8 @@
 //! given name" nearer documented code that shares its words than the
 //! undocumented `fn lookup(name: &str) -> Option<&dyn Flag>` it describes.
 //! Every documented definition of the repository is a worked example of that
-//! gap: its doc comment's first sentence is a question (without a leading
-//! name: one who asks does not know it), its code without the comment the
-//! answer. [`fit`] learns the repository's way of saying things from a
+//! gap: its doc comment's first sentence is a question, its code without the
+//! comment the answer. [`fit`] learns the repository's way of saying things from a
 //! sample of those pairs by a ridge regression toward the identity, kept
 //! only if it ranks a held-out fifth of the pairs better than the query as
 //! typed; `KEN_QUERY_ADAPTER_FIT=chosen` also trains it contrastively (each
@@ -18,8 +17,8 @@
 //! ([`QueryAdapter::apply`]). Chunk vectors are not changed, so fitting
 //! again never re-embeds the index. On doc-public, semantic chunk H@10 .697
 //! → .767 (ridge) or .810 (chosen); hybrid .830 → .843 or .863, but swe-public
-//! hybrid file R@5 stays .771 with ridge and falls to .708 with the chosen
-//! fit (BENCHMARKS.md, "A query adapter fitted on the repository's doc
+//! hybrid file R@5 is .746-.771 with ridge (by the commit it was fitted at)
+//! and .708 with the chosen fit (BENCHMARKS.md, "A query adapter fitted on the repository's doc
 //! comments" and "A contrastive fit, chosen on held-out pairs").
 
 use anyhow::{Context, Result};
@@ -168,7 +167,7 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>],
     let (train_questions, train_targets) = (pick(questions), pick(targets));
     let held_out = |adapter: Option<&QueryAdapter>| held_out_mrr(adapter, &held, questions, targets, negatives);
     let as_typed = held_out(None);
-    // (method, steps, held-out MRR); 0 steps: the ridge fit.
+    // (steps, held-out MRR) of the best fit so far; 0 steps: the ridge fit.
     let mut best: Option<(usize, f64)> = None;
     if let Some(ridge) = QueryAdapter::ridge(&train_questions, &train_targets) {
         best = Some((0, held_out(Some(&ridge))));
@@ -216,9 +215,10 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>],
 
 /// How the map is fitted: by ridge regression (the default), or whichever
 /// of that and a contrastive fit ranks the held-out pairs best
-/// (`KEN_QUERY_ADAPTER_FIT=chosen`). On the public eval the chosen fit
+/// (`KEN_QUERY_ADAPTER_FIT=chosen`, which also drops a definition's own name
+/// leading its doc sentence: one who asks does not know it). On the public eval the chosen fit
 /// ranks doc-comment questions better (doc-public hybrid chunk H@10 .843 →
-/// .863) but issue titles worse (swe-public hybrid file R@5 .771 → .708):
+/// .863) but issue titles worse (swe-public hybrid file R@5 .746-.771 → .708):
 /// it learns the doc comments' way of asking too well (BENCHMARKS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
