@@ -8,18 +8,18 @@
 //! Every documented definition of the repository is a worked example of that
 //! gap: its doc comment's first sentence is a question, its code without the
 //! comment the answer. [`fit`] learns the repository's way of saying things from a
-//! sample of those pairs by a ridge regression toward the identity, kept
-//! only if it ranks a held-out fifth of the pairs better than the query as
-//! typed; `KEN_QUERY_ADAPTER_FIT=chosen` also trains it contrastively (each
-//! question's own code against the other pairs' code and a sample of the
-//! stored chunk vectors) and keeps whichever ranks the held-out pairs best
-//! ([`Method`]). A search uses `q` and `normalise(q·M)` half and half
-//! ([`QueryAdapter::apply`]). Chunk vectors are not changed, so fitting
-//! again never re-embeds the index. On doc-public, semantic chunk H@10 .697
-//! → .767 (ridge) or .810 (chosen); hybrid .830 → .843 or .863, but swe-public
-//! hybrid file R@5 is .746-.771 with ridge (by the commit it was fitted at)
-//! and .708 with the chosen fit (BENCHMARKS.md, "A query adapter fitted on the repository's doc
-//! comments" and "A contrastive fit, chosen on held-out pairs").
+//! sample of those pairs two ways: by a ridge regression toward the identity,
+//! and contrastively (each question's own code against the other pairs'
+//! code, the stored chunks of its own file, which it must outrank in a
+//! search, and a sample of the rest). It keeps whichever ranks a held-out
+//! fifth of the pairs best, and none if neither beats the query as typed
+//! (`KEN_QUERY_ADAPTER_FIT=ridge` fits ridge alone; [`Method`]). A search
+//! uses `q` and `normalise(q·M)` half and half ([`QueryAdapter::apply`]).
+//! Chunk vectors are not changed, so fitting again never re-embeds the
+//! index. On doc-public, semantic chunk H@10 .697 → .810 and hybrid .830 →
+//! .873; swe-public hybrid file R@5 is .733 (ridge alone: .746-.771, by the
+//! commit it was fitted at) (BENCHMARKS.md, "A query adapter fitted on the
+//! repository's doc comments" and the sections after it).
 
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -160,11 +160,12 @@ pub struct Fit {
 /// `negatives` (stored chunk vectors), and fits it again on all the pairs.
 /// The held-out fifth decides how far the contrastive fit goes: with 480
 /// pairs for 147k weights it overfits after a few dozen steps.
-pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>], method: Method) -> Fit {
+pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &Negatives, method: Method) -> Fit {
     let n = questions.len().min(targets.len());
     let (train, held): (Vec<usize>, Vec<usize>) = (0..n).partition(|i| i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1);
     let pick = |of: &[Vec<f32>]| -> Vec<Vec<f32>> { train.iter().map(|&i| of[i].clone()).collect() };
     let (train_questions, train_targets) = (pick(questions), pick(targets));
+    let train_own: Vec<Option<usize>> = train.iter().map(|&i| negatives.own_of(i)).collect();
     let held_out = |adapter: Option<&QueryAdapter>| held_out_mrr(adapter, &held, questions, targets, negatives);
     let as_typed = held_out(None);
     // (steps, held-out MRR) of the best fit so far; 0 steps: the ridge fit.
@@ -176,7 +177,8 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>],
         let _ = contrastive(
             &train_questions,
             &train_targets,
-            negatives,
+            &negatives.vectors,
+            &train_own,
             MAX_STEPS,
             |step, adapter| {
                 let mrr = held_out(Some(&adapter));
@@ -191,7 +193,10 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>],
             0 => QueryAdapter::ridge(questions, targets),
             steps => {
                 let mut last = None;
-                contrastive(questions, targets, negatives, steps, |_, a| last = Some(a)).ok()?;
+                contrastive(questions, targets, &negatives.vectors, &negatives.own, steps, |_, a| {
+                    last = Some(a)
+                })
+                .ok()?;
                 last
             }
         }?;
@@ -213,13 +218,15 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &[Vec<f32>],
     }
 }
 
-/// How the map is fitted: by ridge regression (the default), or whichever
-/// of that and a contrastive fit ranks the held-out pairs best
-/// (`KEN_QUERY_ADAPTER_FIT=chosen`, which also drops a definition's own name
-/// leading its doc sentence: one who asks does not know it). On the public eval the chosen fit
-/// ranks doc-comment questions better (doc-public hybrid chunk H@10 .843 →
-/// .863) but issue titles worse (swe-public hybrid file R@5 .746-.771 → .708):
-/// it learns the doc comments' way of asking too well (BENCHMARKS.md).
+/// How the map is fitted: whichever of a ridge regression and a contrastive
+/// fit ranks the held-out pairs best (the default, `chosen`; it also drops a
+/// definition's own name leading its doc sentence: one who asks does not
+/// know it), or by ridge regression alone (`KEN_QUERY_ADAPTER_FIT=ridge`,
+/// 5x cheaper to fit). On the public eval the chosen fit, with each pair's
+/// file siblings as negatives, ranks doc-comment questions better
+/// (doc-public hybrid chunk H@10 .843 → .873) and issue titles about as
+/// well (swe-public hybrid file R@5 .746 → .733, R@10 .790 → .827; a case
+/// either way) (BENCHMARKS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Ridge,
@@ -229,8 +236,8 @@ pub enum Method {
 impl Method {
     pub fn from_env() -> Result<Method> {
         match std::env::var("KEN_QUERY_ADAPTER_FIT").ok().as_deref().map(str::trim) {
-            None | Some("") | Some("ridge") => Ok(Method::Ridge),
-            Some("chosen") => Ok(Method::Chosen),
+            None | Some("") | Some("chosen") => Ok(Method::Chosen),
+            Some("ridge") => Ok(Method::Ridge),
             Some(other) => anyhow::bail!("KEN_QUERY_ADAPTER_FIT must be `ridge` or `chosen`, not `{other}`"),
         }
     }
@@ -259,7 +266,7 @@ fn held_out_mrr(
     held: &[usize],
     questions: &[Vec<f32>],
     targets: &[Vec<f32>],
-    negatives: &[Vec<f32>],
+    negatives: &Negatives,
 ) -> f64 {
     let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
     let total: f64 = held
@@ -267,7 +274,16 @@ fn held_out_mrr(
         .map(|&i| {
             let q = adapter.map_or_else(|| questions[i].clone(), |a| a.apply(&questions[i]));
             let own = dot(&q, &targets[i]);
-            let above = targets.iter().chain(negatives).filter(|t| dot(&q, t) > own).count();
+            let others = negatives
+                .vectors
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| negatives.own_of(i) != Some(*j));
+            let above = targets
+                .iter()
+                .chain(others.map(|(_, v)| v))
+                .filter(|t| dot(&q, t) > own)
+                .count();
             1.0 / (above + 1) as f64
         })
         .sum();
@@ -275,7 +291,8 @@ fn held_out_mrr(
 }
 
 /// Trains the map contrastively for `steps` steps (InfoNCE: each question's
-/// own code against the other pairs' code and the `negatives`), handing it
+/// own code against the other pairs' code and the `negatives`, less its own
+/// stored chunk, `own[i]`), handing it
 /// to `checkpoint` every [`CHECK_EVERY`] steps and at the end. The loss is
 /// taken on the vector search uses ([`QueryAdapter::apply`]: half the query
 /// as typed), so the map learns what to add to it; it starts at the identity.
@@ -283,6 +300,7 @@ fn contrastive(
     questions: &[Vec<f32>],
     targets: &[Vec<f32>],
     negatives: &[Vec<f32>],
+    own: &[Option<usize>],
     steps: usize,
     mut checkpoint: impl FnMut(usize, QueryAdapter),
 ) -> candle_core::Result<()> {
@@ -305,7 +323,17 @@ fn contrastive(
         code = Tensor::cat(&[&code, &others], 0)?;
     }
     let code = code.t()?.contiguous()?;
-    let own = Tensor::arange(0u32, n as u32, &cpu)?;
+    // A question's own stored chunk says what its code does in its own
+    // words: the answer, not a negative.
+    let width = n + negatives.len();
+    let mut mask = vec![0f32; n * width];
+    for (i, j) in own.iter().enumerate().take(n) {
+        if let Some(j) = j.filter(|&j| j < negatives.len()) {
+            mask[i * width + n + j] = -1e4;
+        }
+    }
+    let mask = Tensor::from_vec(mask, (n, width), &cpu)?;
+    let answers = Tensor::arange(0u32, n as u32, &cpu)?;
     let m = Var::from_tensor(&Tensor::eye(dims, DType::F32, &cpu)?)?;
     let mut optimizer = AdamW::new(
         vec![m.clone()],
@@ -319,8 +347,8 @@ fn contrastive(
     for step in 1..=steps {
         let image = unit_rows(q.matmul(m.as_tensor())?)?;
         let searched = unit_rows(((image * f64::from(ADAPTED_SHARE))? + &as_typed)?)?;
-        let logits = (searched.matmul(&code)? / TEMPERATURE)?;
-        optimizer.backward_step(&candle_nn::loss::cross_entropy(&logits, &own)?)?;
+        let logits = ((searched.matmul(&code)? / TEMPERATURE)? + &mask)?;
+        optimizer.backward_step(&candle_nn::loss::cross_entropy(&logits, &answers)?)?;
         if step % CHECK_EVERY == 0 || step == steps {
             let matrix: Vec<f32> = m.as_tensor().flatten_all()?.to_vec1()?;
             checkpoint(step, QueryAdapter { dims, matrix });
@@ -525,39 +553,69 @@ pub fn training_pairs(
 /// index, few enough to keep a step cheap.
 pub const NEGATIVES: usize = 2000;
 
-/// Up to `limit` stored chunk vectors of `model` on `branch` (hash order, a
-/// spread sample), leaving out the contents in `exclude` (the pairs' own
-/// chunks, whose stored vectors hold their doc comments).
-pub fn negatives(
-    conn: &Connection,
-    branch: &str,
-    model: &str,
-    exclude: &std::collections::HashSet<i64>,
-    limit: usize,
-) -> Result<Vec<Vec<f32>>> {
-    let mut stmt = conn.prepare(
+/// The stored chunk vectors a fit ranks each question's code against.
+#[derive(Debug, Default)]
+pub struct Negatives {
+    pub vectors: Vec<Vec<f32>>,
+    /// Per pair, the index in `vectors` of its own stored chunk (its doc
+    /// comment and all), which its question is not ranked against.
+    pub own: Vec<Option<usize>>,
+}
+
+impl Negatives {
+    fn own_of(&self, pair: usize) -> Option<usize> {
+        self.own.get(pair).copied().flatten()
+    }
+}
+
+/// The stored vectors of `model` on `branch` that each pair's code must
+/// beat: every chunk of the files that hold a pair (the documented siblings
+/// a search ranks it among), then up to `spread` more in hash order (a
+/// spread sample of the index).
+pub fn negatives(conn: &Connection, branch: &str, model: &str, pairs: &[i64], spread: usize) -> Result<Negatives> {
+    let pair_list = serde_json::to_string(pairs)?;
+    let mut siblings = conn.prepare(
+        "SELECT DISTINCT e.content_hash, e.vector FROM chunks p
+         JOIN catalog k ON k.file_id = p.file_id AND k.branch = ?1
+         JOIN chunks c ON c.file_id = p.file_id
+         JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?2
+         WHERE p.content_hash IN (SELECT value FROM json_each(?3))
+         ORDER BY e.content_hash",
+    )?;
+    let mut sample = conn.prepare(
         "SELECT e.content_hash, e.vector FROM embeddings e
          WHERE e.model = ?2 AND EXISTS (SELECT 1 FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
                                         WHERE c.content_hash = e.content_hash)
          ORDER BY e.content_hash",
     )?;
-    let mut rows = stmt.query(params![branch, model])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        if out.len() == limit {
-            break;
+    let mut index_of = std::collections::HashMap::new();
+    let mut vectors = Vec::new();
+    // Reads rows until `limit` new vectors are in.
+    let mut read = |rows: &mut rusqlite::Rows, limit: usize| -> Result<()> {
+        let mut added = 0;
+        while let Some(row) = rows.next()? {
+            if added == limit {
+                break;
+            }
+            let hash: i64 = row.get(0)?;
+            if let std::collections::hash_map::Entry::Vacant(slot) = index_of.entry(hash) {
+                slot.insert(vectors.len());
+                vectors.push(crate::vectors::decode(&row.get::<_, Vec<u8>>(1)?));
+                added += 1;
+            }
         }
-        if !exclude.contains(&row.get::<_, i64>(0)?) {
-            out.push(crate::vectors::decode(&row.get::<_, Vec<u8>>(1)?));
-        }
-    }
-    Ok(out)
+        Ok(())
+    };
+    read(&mut siblings.query(params![branch, model, pair_list])?, usize::MAX)?;
+    read(&mut sample.query(params![branch, model])?, spread)?;
+    let own = pairs.iter().map(|hash| index_of.get(hash).copied()).collect();
+    Ok(Negatives { vectors, own })
 }
 
 /// The fit's record; a new way of fitting takes a new key, so that an index
 /// fitted the old way is fitted again.
-const META_KEY: &str = "query_adapter_v2";
-const OLD_META_KEYS: &[&str] = &["query_adapter"];
+const META_KEY: &str = "query_adapter_v3";
+const OLD_META_KEYS: &[&str] = &["query_adapter", "query_adapter_v2"];
 const SUMMARY_KEY: &str = "query_adapter_fit";
 
 /// What the index records of its last fit for `model`: the distinct
@@ -732,6 +790,18 @@ mod tests {
         (questions, targets)
     }
 
+    /// Each vector times `own`, plus itself rotated `by`, normalised.
+    fn blended(vectors: &[Vec<f32>], own: f32, by: usize) -> Vec<Vec<f32>> {
+        vectors
+            .iter()
+            .map(|v| {
+                let mut t: Vec<f32> = v.iter().zip(rotated(v, by)).map(|(a, b)| own * a + b).collect();
+                normalise(&mut t);
+                t
+            })
+            .collect()
+    }
+
     #[test]
     fn the_fit_learns_a_map_that_holds_for_unseen_questions() {
         let dims = 12;
@@ -764,22 +834,25 @@ mod tests {
         // Code that half says what its question says: the query as typed
         // finds some, a map finds more.
         let questions = unit_vectors(200, 16, 11);
-        let targets: Vec<Vec<f32>> = questions
-            .iter()
-            .map(|q| {
-                let mut t: Vec<f32> = q.iter().zip(rotated(q, 3)).map(|(a, b)| 0.3 * a + b).collect();
-                normalise(&mut t);
-                t
-            })
-            .collect();
-        let negatives = unit_vectors(100, 16, 12);
+        let targets = blended(&questions, 0.3, 3);
+        let negatives = Negatives {
+            vectors: unit_vectors(100, 16, 12),
+            own: Vec::new(),
+        };
         let (train, held): (Vec<usize>, Vec<usize>) = (0..200).partition(|i| i % 5 != 4);
         let pick = |of: &[Vec<f32>]| -> Vec<Vec<f32>> { train.iter().map(|&i| of[i].clone()).collect() };
         let mut mrrs = vec![held_out_mrr(None, &held, &questions, &targets, &negatives)];
-        contrastive(&pick(&questions), &pick(&targets), &negatives, 60, |step, adapter| {
-            assert_eq!(step % CHECK_EVERY, 0);
-            mrrs.push(held_out_mrr(Some(&adapter), &held, &questions, &targets, &negatives));
-        })
+        contrastive(
+            &pick(&questions),
+            &pick(&targets),
+            &negatives.vectors,
+            &[],
+            60,
+            |step, adapter| {
+                assert_eq!(step % CHECK_EVERY, 0);
+                mrrs.push(held_out_mrr(Some(&adapter), &held, &questions, &targets, &negatives));
+            },
+        )
         .unwrap();
         assert_eq!(mrrs.len(), 7, "checked every {CHECK_EVERY} steps");
         assert!(mrrs.windows(2).all(|w| w[1] >= w[0]), "{mrrs:?}");
@@ -787,11 +860,40 @@ mod tests {
     }
 
     #[test]
+    fn a_pairs_own_stored_chunk_is_the_answer_not_a_negative() {
+        // Each question's stored chunk (its doc comment and all) sits right
+        // at it; its code without the comment a little away.
+        let questions = unit_vectors(40, 16, 31);
+        let targets = blended(&questions, 1.0 / 0.2, 1);
+        let held: Vec<usize> = (0..40).collect();
+        let mut negatives = Negatives {
+            vectors: questions.clone(),
+            own: Vec::new(),
+        };
+        let unmasked = held_out_mrr(None, &held, &questions, &targets, &negatives);
+        assert!(unmasked <= 0.5, "{unmasked}");
+        negatives.own = (0..40).map(Some).collect();
+        let masked = held_out_mrr(None, &held, &questions, &targets, &negatives);
+        assert!(masked > 0.9, "{masked}");
+        // Training leaves it out too: the loss can reach the code.
+        let mut last = None;
+        contrastive(&questions, &targets, &negatives.vectors, &negatives.own, 30, |_, a| {
+            last = Some(a)
+        })
+        .unwrap();
+        let trained = held_out_mrr(last.as_ref(), &held, &questions, &targets, &negatives);
+        assert!(trained >= masked, "{trained} < {masked}");
+    }
+
+    #[test]
     fn the_held_out_pairs_choose_the_fit_or_none() {
         let dims = 16;
         let rotate = |v: &Vec<f32>| rotated(v, 3);
         let (questions, targets) = rotation_pairs(200, dims, 3, 21);
-        let negatives = unit_vectors(100, dims, 22);
+        let negatives = Negatives {
+            vectors: unit_vectors(100, dims, 22),
+            own: Vec::new(),
+        };
         let fit = fit(&questions, &targets, &negatives, Method::Chosen);
         let adapter = fit.adapter.expect("a map that the identity is not");
         let unseen = &unit_vectors(1, dims, 23)[0];
@@ -865,6 +967,6 @@ mod tests {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        assert_eq!(keys, ["query_adapter_fit", "query_adapter_v2"]);
+        assert_eq!(keys, ["query_adapter_fit", "query_adapter_v3"]);
     }
 }

@@ -1540,6 +1540,22 @@ fn is_test_module_context(context: &str) -> bool {
     })
 }
 
+/// Whether `path` lies in the project's documentation (`docs/`,
+/// `doc/en/example/`, `packages/ui/docs/`), not in a source module that
+/// happens to be called `doc` (ripgrep's `crates/core/flags/doc/`).
+fn is_docs_path(path: &str) -> bool {
+    let folders = path.split('/').rev().skip(1).collect::<Vec<_>>();
+    let Some(docs_at) = folders.iter().rposition(|s| *s == "doc" || *s == "docs") else {
+        return false;
+    };
+    !folders[docs_at + 1..]
+        .iter()
+        .any(|s| SOURCE_FOLDERS.contains(&s.to_ascii_lowercase().as_str()))
+}
+
+/// Folders that hold a project's source: a `doc` folder below one is a module.
+const SOURCE_FOLDERS: &[&str] = &["src", "lib", "crates", "pkg", "internal", "source"];
+
 fn is_test_path(path: &str) -> bool {
     let p = path.to_ascii_lowercase();
     p.split('/').any(|seg| {
@@ -1582,7 +1598,7 @@ fn rerank_factors(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> V
         if config && !intent.config {
             factors.push(("config file", CONFIG_FACTOR));
         }
-        if hit.path.split('/').any(|s| s == "doc" || s == "docs") {
+        if is_docs_path(&hit.path) {
             factors.push(("docs folder", DOCS_FOLDER_FACTOR));
         }
     }
@@ -1861,6 +1877,27 @@ mod tests {
             None,
         );
         assert_eq!(order(&negative)[1], ("b.rs".into(), 1));
+    }
+
+    #[test]
+    fn docs_folders_are_the_projects_not_source_modules_named_doc() {
+        for docs in [
+            "docs/conf.py",
+            "doc/en/example/conftest.py",
+            "packages/ui/docs/usage.md",
+            "docs/api/src/x.py",
+        ] {
+            assert!(is_docs_path(docs), "{docs}");
+        }
+        for source in [
+            "crates/core/flags/doc/version.rs",
+            "src/doc/mod.rs",
+            "lib/docs/render.js",
+            "docs.rs",
+            "a/doc",
+        ] {
+            assert!(!is_docs_path(source), "{source}");
+        }
     }
 
     #[test]

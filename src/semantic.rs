@@ -6,7 +6,6 @@
 //! sorted by length (less padding) and each is committed as it finishes, so
 //! an interrupted pass resumes where it stopped.
 
-use std::collections::HashSet;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -310,8 +309,8 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
         progress.inc(batch.len() as u64);
     }
     let embedded = started.elapsed();
-    let own: HashSet<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
-    let negatives = adapter::negatives(conn, branch, model, &own, adapter::NEGATIVES)?;
+    let hashes: Vec<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
+    let negatives = adapter::negatives(conn, branch, model, &hashes, adapter::NEGATIVES)?;
     let fit = adapter::fit(&questions, &targets, &negatives, method);
     adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(

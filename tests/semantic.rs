@@ -883,4 +883,38 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     write(root, "src/grown.rs", &documented_functions(60, 1000));
     index_json(root);
     assert_eq!(status(root)["query_adapter_pairs"], 186);
+
+    // The contrastive fit ranks each pair's code against every stored chunk
+    // of the pair's file, then a spread sample; never against its own chunk.
+    let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let one = |sql: &str| -> String { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let fitted = one("SELECT value FROM meta WHERE key = 'query_adapter_v3'");
+    let model = fitted.split(' ').next().unwrap();
+    let branch = one("SELECT branch FROM catalog LIMIT 1");
+    let stored = |path: &str| -> Vec<(i64, Vec<f32>)> {
+        conn.prepare(
+            "SELECT DISTINCT c.content_hash, e.vector FROM chunks c JOIN catalog k ON k.file_id = c.file_id
+             JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?2 WHERE k.path = ?1",
+        )
+        .unwrap()
+        .query_map([path, model], |r| {
+            Ok((r.get(0)?, ken::vectors::decode(&r.get::<_, Vec<u8>>(1)?)))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    };
+    let few = stored("src/few.rs");
+    assert!(few.len() >= 5, "{}", few.len());
+    let mut pairs: Vec<i64> = few.iter().map(|(hash, _)| *hash).take(2).collect();
+    pairs.push(-1); // not in the index
+    let negatives = ken::adapter::negatives(&conn, &branch, model, &pairs, 7).unwrap();
+    assert_eq!(negatives.vectors.len(), few.len() + 7);
+    for (vector, own) in few.iter().take(2).map(|(_, v)| v).zip(&negatives.own) {
+        assert_eq!(&negatives.vectors[own.unwrap()], vector);
+    }
+    assert_eq!(negatives.own[2], None);
+    for (_, sibling) in &few {
+        assert!(negatives.vectors.contains(sibling));
+    }
 }
