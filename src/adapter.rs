@@ -553,6 +553,10 @@ pub fn training_pairs(
 /// index, few enough to keep a step cheap.
 pub const NEGATIVES: usize = 2000;
 
+/// At most this many of the pairs' file siblings: a bound on a step's cost
+/// in repositories of huge files (the eval's repositories have 2-7k).
+const MAX_SIBLINGS: usize = 8000;
+
 /// The stored chunk vectors a fit ranks each question's code against.
 #[derive(Debug, Default)]
 pub struct Negatives {
@@ -569,9 +573,9 @@ impl Negatives {
 }
 
 /// The stored vectors of `model` on `branch` that each pair's code must
-/// beat: every chunk of the files that hold a pair (the documented siblings
-/// a search ranks it among), then up to `spread` more in hash order (a
-/// spread sample of the index).
+/// beat: the chunks of the files that hold a pair (the documented siblings
+/// a search ranks it among, up to [`MAX_SIBLINGS`]), then up to `spread`
+/// more in hash order (a spread sample of the index).
 pub fn negatives(conn: &Connection, branch: &str, model: &str, pairs: &[i64], spread: usize) -> Result<Negatives> {
     let pair_list = serde_json::to_string(pairs)?;
     let mut siblings = conn.prepare(
@@ -606,7 +610,7 @@ pub fn negatives(conn: &Connection, branch: &str, model: &str, pairs: &[i64], sp
         }
         Ok(())
     };
-    read(&mut siblings.query(params![branch, model, pair_list])?, usize::MAX)?;
+    read(&mut siblings.query(params![branch, model, pair_list])?, MAX_SIBLINGS)?;
     read(&mut sample.query(params![branch, model])?, spread)?;
     let own = pairs.iter().map(|hash| index_of.get(hash).copied()).collect();
     Ok(Negatives { vectors, own })

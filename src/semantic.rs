@@ -314,8 +314,9 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
     let fit = adapter::fit(&questions, &targets, &negatives, method);
     adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
-        "query adapter fitted on {} pairs ({}) in {:.2} s ({:.2} s embedding them)",
+        "query adapter fitted on {} pairs against {} stored chunks ({}) in {:.2} s ({:.2} s embedding them)",
         pairs.len(),
+        negatives.vectors.len(),
         fit.summary,
         started.elapsed().as_secs_f64(),
         embedded.as_secs_f64()
