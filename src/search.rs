@@ -259,7 +259,7 @@ impl SemanticSide {
             .next()
             .context("the embedder returned no vector for the query")?;
         let vector = match &self.adapter {
-            Some(adapter) if crate::adapter::is_question(query) => adapter.apply(&vector),
+            Some(adapter) if adapter.carries(query) => adapter.apply(&vector),
             _ => vector,
         };
         let mut recent = recent();

@@ -311,7 +311,9 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
     let embedded = started.elapsed();
     let hashes: Vec<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
     let negatives = adapter::negatives(conn, branch, model, &hashes, adapter::NEGATIVES)?;
-    let fit = adapter::fit(&questions, &targets, &negatives, method);
+    let mut fit = adapter::fit(&questions, &targets, &negatives, method);
+    let leads = adapter::lead_words(pairs.iter().map(|(_, question, _)| question.as_str()));
+    fit.adapter = fit.adapter.map(|a| a.led_by(leads));
     adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
         "query adapter fitted on {} pairs against {} stored chunks ({}) in {:.2} s ({:.2} s embedding them)",

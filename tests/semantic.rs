@@ -849,20 +849,25 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
         .to_string();
     assert!(how.contains(": held-out MRR "), "{how}");
 
-    // Search carries its query vector by the adapter: the same hits score
+    // Search carries its query vector by the adapter when a word that led
+    // the fitted sentences ("Counts") leads it: the same hits score
     // otherwise without it.
-    let scores = |env: &[(&str, String)]| -> Vec<(String, f64)> {
-        let hits = semantic_hits(root, "sum the lengths of cookies", 5, env);
+    let scores = |query: &str, env: &[(&str, String)]| -> Vec<(String, f64)> {
+        let hits = semantic_hits(root, query, 5, env);
         hits.iter()
             .map(|h| (h["symbol"].as_str().unwrap().to_string(), h["score"].as_f64().unwrap()))
             .collect()
     };
-    let adapted = scores(&[]);
-    let plain = scores(&[("KEN_QUERY_ADAPTER", "0".to_string())]);
+    let without = [("KEN_QUERY_ADAPTER", "0".to_string())];
+    let adapted = scores("count the lengths of cookies", &[]);
     assert_eq!(adapted.len(), 5);
-    assert_ne!(adapted, plain);
-    // A lone name or two keywords are searched as typed.
-    for short in ["parse_cookie_12", "cookie lengths"] {
+    assert_ne!(adapted, scores("count the lengths of cookies", &without));
+    // Other questions (an issue title), a lone name or two keywords are searched as typed.
+    for short in [
+        "cookie lengths are wrong after a merge",
+        "parse_cookie_12",
+        "cookie lengths",
+    ] {
         let as_typed = |env| semantic_hits(root, short, 5, env);
         assert_eq!(as_typed(&[]), as_typed(&[("KEN_QUERY_ADAPTER", "0".to_string())]));
     }
@@ -870,7 +875,7 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     // The pooled searcher takes the new fit up: it ranks as a new one does.
     assert!(pooled.refresh(root));
     let fresh = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
-    let query = semantic("sum the lengths of cookies");
+    let query = semantic("count the lengths of cookies");
     assert_eq!(
         scored(pooled.search(&query).unwrap()),
         scored(fresh.search(&query).unwrap())
@@ -888,7 +893,12 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     // of the pair's file, then a spread sample; never against its own chunk.
     let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
     let one = |sql: &str| -> String { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
-    let fitted = one("SELECT value FROM meta WHERE key = 'query_adapter_v3'");
+    let fitted = one("SELECT value FROM meta WHERE key = 'query_adapter_v4'");
+    // The words that led the fitted sentences, which decide what search carries.
+    assert_eq!(
+        one("SELECT value FROM meta WHERE key = 'query_adapter_leads'"),
+        "check count load merge parse render"
+    );
     let model = fitted.split(' ').next().unwrap();
     let branch = one("SELECT branch FROM catalog LIMIT 1");
     let stored = |path: &str| -> Vec<(i64, Vec<f32>)> {
