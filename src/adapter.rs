@@ -14,11 +14,12 @@
 //! search, and a sample of the rest). It keeps whichever ranks a held-out
 //! fifth of the pairs best, and none if neither beats the query as typed
 //! (`KEN_QUERY_ADAPTER_FIT=ridge` fits ridge alone; [`Method`]). A search
-//! uses `q` and `normalise(q·M)` half and half ([`QueryAdapter::apply`]).
-//! Chunk vectors are not changed, so fitting again never re-embeds the
-//! index. On doc-public, semantic chunk H@10 .697 → .810 and hybrid .830 →
-//! .873; swe-public hybrid file R@5 is .733 (ridge alone: .746-.771, by the
-//! commit it was fitted at) (BENCHMARKS.md, "A query adapter fitted on the
+//! uses `q` and `normalise(q·M)` half and half ([`QueryAdapter::apply`]),
+//! for questions led by a word that led a fitted sentence
+//! ([`QueryAdapter::carries`]). Chunk vectors are not changed, so fitting
+//! again never re-embeds the index. On doc-public, semantic chunk H@10 .697
+//! → .790 and hybrid .830 → .870; swe-public hybrid file R@5 is .758 (.771
+//! with no adapter) (BENCHMARKS.md, "A query adapter fitted on the
 //! repository's doc comments" and the sections after it).
 
 use anyhow::{Context, Result};
@@ -253,8 +254,9 @@ pub fn fit(questions: &[Vec<f32>], targets: &[Vec<f32>], negatives: &Negatives, 
 /// fit ranks the held-out pairs best (the default, `chosen`; it also drops a
 /// definition's own name leading its doc sentence: one who asks does not
 /// know it), or by ridge regression alone (`KEN_QUERY_ADAPTER_FIT=ridge`,
-/// 5x cheaper to fit). On the public eval the chosen fit, with each pair's
-/// file siblings as negatives, ranks doc-comment questions better
+/// 5x cheaper to fit). On the public eval, every question carried, the
+/// chosen fit, with each pair's file siblings as negatives, ranks
+/// doc-comment questions better
 /// (doc-public hybrid chunk H@10 .843 → .873) and issue titles about as
 /// well (swe-public hybrid file R@5 .746 → .733, R@10 .790 → .827; a case
 /// either way) (BENCHMARKS.md).
