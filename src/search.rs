@@ -246,6 +246,14 @@ struct SemanticSide {
 const RECENT_QUERY_VECTORS: usize = 64;
 
 impl SemanticSide {
+    /// Whether the index has a query adapter and it leaves `query` as typed:
+    /// not worded like the repository's doc comments (an issue title, a "why"
+    /// question, keywords), which the bare model matches to code less well
+    /// than BM25 does.
+    fn passes_by(&self, query: &str) -> bool {
+        self.adapter.as_ref().is_some_and(|adapter| !adapter.carries(query))
+    }
+
     fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
         let recent = || self.recent_queries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, vector)) = recent().iter().find(|(q, _)| q == query) {
@@ -363,6 +371,22 @@ impl Default for Fusion {
 }
 
 impl Fusion {
+    /// This fusion with the lexical side weighing [`UNCARRIED_LEXICAL_WEIGHT`]
+    /// times more: for a query the adapter leaves as typed.
+    fn leaning_lexical(self) -> Fusion {
+        let lean = |w: Weights| Weights {
+            lexical: w.lexical * UNCARRIED_LEXICAL_WEIGHT,
+            ..w
+        };
+        match self {
+            Fusion::Convex(w) => Fusion::Convex(lean(w)),
+            Fusion::Rrf { k, weights } => Fusion::Rrf {
+                k,
+                weights: lean(weights),
+            },
+        }
+    }
+
     fn weights(&self) -> Weights {
         match *self {
             Fusion::Convex(weights) | Fusion::Rrf { weights, .. } => weights,
@@ -428,6 +452,17 @@ fn parse_weights(text: &str) -> Option<Weights> {
     (numbers.iter().sum::<f64>() > 0.0).then_some(weights)
 }
 
+/// How much more the lexical side weighs in hybrid fusion for a query the
+/// index's adapter leaves as typed ([`SemanticSide::passes_by`]). The map
+/// carries questions worded like the repository's doc comments, and on those
+/// the sides weigh the same; the others meet the bare model, which is weaker
+/// than BM25 on them (swe-public: ken lexical file R@5 .721, semantic .621).
+/// Measured on the public eval: swe file R@1 .519 → .544, R@5 .758 → .771,
+/// chunk H@1 .225 → .250; doc the same but chunk H@1 .417 → .410 and H@5
+/// .740 → .737 (BENCHMARKS.md "An identifier in a question, and BM25 for what
+/// the adapter passes by", with 1.3, 1.5 and 2).
+const UNCARRIED_LEXICAL_WEIGHT: f64 = 1.4;
+
 /// Score factors of the rerank for what is not source code, each measured on
 /// the public eval's swe set (tests, changelogs, prose and config files
 /// outranked the source files an issue is about) and lifted, or softened for
@@ -448,6 +483,16 @@ const MODULE_FACTOR: f64 = 0.8;
 /// and so is a question that says "class" or "struct": those words are as
 /// often about the classes the code handles (swe pytest-10356).
 const TYPE_FACTOR: f64 = 0.9;
+/// A definition of the identifier the query is (`parse_config`), or one of
+/// a few words names: that is what was asked for.
+const EXACT_SYMBOL_FACTOR: f64 = 3.0;
+/// In a question of several words, an identifier is one clue among the
+/// words: the answer is as often code that uses it ("Get the TreeBuilder
+/// currently in use" asks for `getTreeBuilder`, not the class). Measured on
+/// the public eval: hybrid file R@1 swe .506 → .519, doc .717 → .723; lexical
+/// swe .512 → .525; no metric lower in any set (BENCHMARKS.md "An identifier
+/// in a question, and BM25 for what the adapter passes by").
+const EXACT_SYMBOL_IN_QUESTION_FACTOR: f64 = 2.0;
 const TYPE_KINDS: &[&str] = &[
     "struct",
     "class",
@@ -821,6 +866,7 @@ impl Searcher {
         let lone_identifier = req.query.split_whitespace().count() == 1 && candidates.values().any(|c| c.exact_symbol);
         let mut fill_from = None;
         let mut signatures_from = None;
+        let mut fusion = self.fusion;
         let semantic_on = match (
             req.mode,
             self.semantic_side_unless(
@@ -837,6 +883,9 @@ impl Searcher {
                         c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
                     signatures_from = Some((crate::semantic::signature_model(side.embedder.id()), query.clone()));
+                    if side.passes_by(&req.query) {
+                        fusion = fusion.leaning_lexical();
+                    }
                     if mode == SearchMode::Hybrid {
                         // Candidates the vector side did not reach get their
                         // similarity from their stored vectors, read with the
@@ -888,7 +937,7 @@ impl Searcher {
             add_common_term_scores(&mut hits, &mut candidates, &common);
         }
         let load_done = Instant::now();
-        let fused = fuse(&candidates, req.mode, semantic_on, self.fusion);
+        let fused = fuse(&candidates, req.mode, semantic_on, fusion);
         let intent = QueryIntent::of(&q, &req.query);
         // A lone word is an identifier, answered by exact symbol matches;
         // names are a lexical signal, so semantic mode ranks by meaning alone.
@@ -1579,7 +1628,12 @@ fn is_test_path(path: &str) -> bool {
 fn rerank_factors(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> Vec<(&'static str, f64)> {
     let mut factors = Vec::new();
     if exact_symbol {
-        factors.push(("defines the identifier", 3.0));
+        let factor = if intent.question {
+            EXACT_SYMBOL_IN_QUESTION_FACTOR
+        } else {
+            EXACT_SYMBOL_FACTOR
+        };
+        factors.push(("defines the identifier", factor));
     }
     if hit.kind == "module" {
         factors.push(("module-level code", MODULE_FACTOR));
@@ -2083,6 +2137,12 @@ mod tests {
             signature: 0.0,
         });
         assert_eq!(best(lexical_only), vec![1, 2, 4, 3]);
+        // A query the adapter passes by leans on BM25: the lexical best now
+        // edges out the chunk good on both sides, and the rest keeps its order.
+        let leaning = Fusion::default().leaning_lexical();
+        assert_eq!(leaning.weights().lexical, UNCARRIED_LEXICAL_WEIGHT);
+        assert_eq!(leaning.weights().semantic, Weights::default().semantic);
+        assert_eq!(best(leaning), vec![1, 2, 3, 4]);
         // A chunk without a vector yet counts as average on the vector side:
         // below an equally lexical chunk that is similar, above a dissimilar one.
         let mut partial = candidates;
@@ -2253,5 +2313,16 @@ mod tests {
         let test = hit("tests/test_retry.py", "function", "python");
         let asked = intent("test retry");
         assert!(rerank_factor(&test, false, asked) > rerank_factor(&test, false, none));
+        // A definition of the identifier asked for: most when the query is the
+        // name or a few words, less inside a question, more than any other.
+        let function = hit("src/retry.py", "function", "python");
+        let named = rerank_factor(&function, true, intent("retry_delay"));
+        let in_keywords = rerank_factor(&function, true, intent("retry_delay backoff"));
+        let in_question = rerank_factor(&function, true, intent("how is retry_delay computed here"));
+        assert_eq!(named, in_keywords);
+        assert!(
+            named > in_question && in_question > source,
+            "{named} {in_question} {source}"
+        );
     }
 }

@@ -871,6 +871,27 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
         let as_typed = |env| semantic_hits(root, short, 5, env);
         assert_eq!(as_typed(&[]), as_typed(&[("KEN_QUERY_ADAPTER", "0".to_string())]));
     }
+    // Hybrid weighs BM25 more for a question the adapter passes by: the
+    // fused score is 1.4 lexical + semantic + signature, over 3.4; for a
+    // carried question, or with no adapter, the three sides weigh the same.
+    let leaned = |query: &str, env: &[(&str, String)]| -> bool {
+        let out = ken_env(root, &["search", "--json", "--explain", "-k", "5", query], env);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(!hits.is_empty(), "{query}");
+        let fused_with = |lexical_weight: f64| {
+            hits.iter().all(|h| {
+                let side = |name: &str| h["explain"][name].as_f64().unwrap();
+                let sides = lexical_weight * side("lexical") + side("semantic") + side("signature");
+                (side("fused") - sides / (lexical_weight + 2.0)).abs() < 1e-9
+            })
+        };
+        assert!(fused_with(1.4) != fused_with(1.0), "{query}: {hits:?}");
+        fused_with(1.4)
+    };
+    assert!(leaned("cookie lengths are wrong after a merge", &[]));
+    assert!(!leaned("count the lengths of cookies", &[]));
+    assert!(!leaned("cookie lengths are wrong after a merge", &without));
 
     // The pooled searcher takes the new fit up: it ranks as a new one does.
     assert!(pooled.refresh(root));
