@@ -5,7 +5,7 @@
 #   scripts/eval.sh [--modes hybrid,lexical,semantic] [--sets swe-public,doc-public,ident-public]
 #
 # Needs the eval work dir built once (see ../shared/eval/README.md: build.py
-# --mirror-root DIR, default work dir /tmp/ken-eval) and a release build.
+# --mirror-root DIR, default work dir /tmp/ken-eval); it builds the release binary.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 eval_dir="${KEN_EVAL_DIR:-$here/../shared/eval}"
@@ -16,6 +16,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --modes) modes="$2"; shift 2 ;;
     --sets) sets="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -24,7 +25,8 @@ done
 target_dir="$(cd "$here" && cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 bin="$target_dir/release/ken"
-[ -x "$bin" ] || (cd "$here" && cargo build --release)
+# Always through cargo: a stale binary would score code that is not the checkout's.
+(cd "$here" && cargo build --release --quiet)
 # A private copy: rebuilding ken while the eval runs must not change the binary mid-run.
 cp "$bin" "$work/ken-under-test"
 results=()
