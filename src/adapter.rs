@@ -66,6 +66,15 @@ pub struct QueryAdapter {
 }
 
 impl QueryAdapter {
+    /// The map of `matrix` (`dims` × `dims`, row-major), carrying any question.
+    fn of(dims: usize, matrix: Vec<f32>) -> QueryAdapter {
+        QueryAdapter {
+            dims,
+            matrix,
+            leads: None,
+        }
+    }
+
     /// The ridge fit of `questions` onto `targets` (pairs of unit vectors of
     /// one dimension); `None` without pairs or when the system is singular.
     pub fn ridge(questions: &[Vec<f32>], targets: &[Vec<f32>]) -> Option<QueryAdapter> {
@@ -97,11 +106,7 @@ impl QueryAdapter {
         }
         let lower = cholesky(&gram, dims)?;
         let matrix = solve_columns(&lower, &cross, dims);
-        Some(QueryAdapter {
-            dims,
-            matrix: matrix.into_iter().map(|x| x as f32).collect(),
-            leads: None,
-        })
+        Some(QueryAdapter::of(dims, matrix.into_iter().map(|x| x as f32).collect()))
     }
 
     /// The query vector search uses for a question ([`is_question`]): the
@@ -169,11 +174,7 @@ impl QueryAdapter {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let dims = (matrix.len() as f64).sqrt() as usize;
-        (dims > 0 && dims * dims == matrix.len() && blob.len() % 4 == 0).then_some(QueryAdapter {
-            dims,
-            matrix,
-            leads: None,
-        })
+        (dims > 0 && dims * dims == matrix.len() && blob.len() % 4 == 0).then(|| QueryAdapter::of(dims, matrix))
     }
 }
 
@@ -384,14 +385,7 @@ fn contrastive(
         optimizer.backward_step(&candle_nn::loss::cross_entropy(&logits, &answers)?)?;
         if step % CHECK_EVERY == 0 || step == steps {
             let matrix: Vec<f32> = m.as_tensor().flatten_all()?.to_vec1()?;
-            checkpoint(
-                step,
-                QueryAdapter {
-                    dims,
-                    matrix,
-                    leads: None,
-                },
-            );
+            checkpoint(step, QueryAdapter::of(dims, matrix));
         }
     }
     Ok(())

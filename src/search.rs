@@ -130,6 +130,11 @@ pub struct Explain {
     pub signature: Option<f64>,
     /// The sides combined (`KEN_FUSION`, `KEN_FUSION_WEIGHTS`).
     pub fused: f64,
+    /// The weight of each side in `fused`, in hybrid mode with vectors:
+    /// `KEN_FUSION_WEIGHTS`, BM25's times 1.4 for a query the query adapter
+    /// leaves as typed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
     /// The factors applied after the fusion, in order.
     pub factors: Vec<ExplainFactor>,
 }
@@ -175,8 +180,16 @@ impl Sides {
         self.signature.score(c.signature_similarity)
     }
 
-    /// `vectors`: whether the search used the vector sides.
-    fn explain(&self, c: &Candidate, vectors: bool, fused: f64, factors: &[(&str, f64)]) -> Explain {
+    /// `vectors`: whether the search used the vector sides; `weights`, those
+    /// of the sides in `fused`, when all three were combined.
+    fn explain(
+        &self,
+        c: &Candidate,
+        vectors: bool,
+        weights: Option<Weights>,
+        fused: f64,
+        factors: &[(&str, f64)],
+    ) -> Explain {
         Explain {
             bm25: c.bm25,
             lexical: self.lexical(c),
@@ -185,6 +198,7 @@ impl Sides {
             signature_cosine: c.signature_similarity.filter(|_| vectors),
             signature: vectors.then(|| self.signature(c)),
             fused,
+            weights,
             factors: factors
                 .iter()
                 .map(|(reason, factor)| ExplainFactor {
@@ -346,8 +360,8 @@ pub enum Fusion {
     Rrf { k: f64, weights: Weights },
 }
 
-/// The weight of each side in [`Fusion`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The weight of each side of the fusion (lexical, semantic, signature).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Weights {
     pub lexical: f64,
     pub semantic: f64,
@@ -944,6 +958,7 @@ impl Searcher {
         let names_said = req.mode != SearchMode::Semantic && req.query.split_whitespace().count() > 1;
         let sides = req.explain.then(|| Sides::of(&candidates));
         let vectors = semantic_on && req.mode != SearchMode::Lexical;
+        let hybrid_weights = (vectors && req.mode == SearchMode::Hybrid).then(|| fusion.weights());
         for hit in &mut hits {
             let cand = &candidates[&hit.chunk_id];
             let mut factors = rerank_factors(hit, cand.exact_symbol, intent);
@@ -958,7 +973,7 @@ impl Searcher {
             let fused = fused[&hit.chunk_id];
             hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
             if let Some(sides) = &sides {
-                hit.explain = Some(sides.explain(cand, vectors, fused, &factors));
+                hit.explain = Some(sides.explain(cand, vectors, hybrid_weights, fused, &factors));
             }
         }
         hits.sort_by(|a, b| {

@@ -887,6 +887,13 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
             })
         };
         assert!(fused_with(1.4) != fused_with(1.0), "{query}: {hits:?}");
+        // `--explain` says the weights it used.
+        let lexical_weight = if fused_with(1.4) { 1.4 } else { 1.0 };
+        for h in &hits {
+            let weights = &h["explain"]["weights"];
+            assert_eq!(weights["lexical"].as_f64(), Some(lexical_weight), "{h}");
+            assert_eq!(weights["semantic"].as_f64(), Some(1.0), "{h}");
+        }
         fused_with(1.4)
     };
     assert!(leaned("cookie lengths are wrong after a merge", &[]));
