@@ -98,6 +98,22 @@ pub fn spaced_identifiers(text: &str) -> String {
     out
 }
 
+/// Words from which a query is a question rather than a name or keywords.
+const QUESTION_WORDS: usize = 4;
+
+/// A question of several words, not a name or a few keywords.
+pub fn is_question(text: &str) -> bool {
+    text.split_whitespace().count() >= QUESTION_WORDS
+}
+
+/// A lowercase word joined by hyphens (`multi-line`, `built-in`): in a
+/// question it is English, and as an identifier it would match every
+/// `multi_line` and `MultiLine` of the code (ripgrep's "Generates a longer
+/// multi-line version string." ranked nine of them above `generate_long`).
+fn is_prose_compound(word: &str) -> bool {
+    word.contains('-') && word.chars().all(|c| c == '-' || c.is_lowercase())
+}
+
 /// Lowercased identifier with separators removed: the form in which
 /// `parse_config`, `parseConfig` and `ParseConfig` are equal.
 pub fn joined_key(word: &str) -> String {
@@ -286,14 +302,21 @@ pub struct QueryTerms {
 
 impl QueryTerms {
     pub fn parse(text: &str) -> QueryTerms {
+        let question = is_question(text);
         let mut words = Vec::new();
-        for_each_word(text, |w| words.push(w.to_string()));
+        for_each_word(text, |w| {
+            let start = w.as_ptr() as usize - text.as_ptr() as usize;
+            // Not a compound of English ("multi-line", "depth-first") unless
+            // the question writes it as a flag (`--max-count`).
+            let prose = question && is_prose_compound(w) && !text[..start].ends_with('-');
+            words.push((w.to_string(), prose));
+        });
         // Stopwords are whole words of the question, dropped before stemming.
-        let content_words: Vec<&String> = words
+        let content_words: Vec<&(String, bool)> = words
             .iter()
-            .filter(|w| !STOPWORDS.contains(&w.to_lowercase().as_str()))
+            .filter(|(w, _)| !STOPWORDS.contains(&w.to_lowercase().as_str()))
             .collect();
-        let words: Vec<String> = if content_words.is_empty() {
+        let words: Vec<(String, bool)> = if content_words.is_empty() {
             words.clone()
         } else {
             content_words.into_iter().cloned().collect()
@@ -301,9 +324,9 @@ impl QueryTerms {
         let single = words.len() == 1;
         let mut q = QueryTerms::default();
         let mut all = Vec::new();
-        for word in &words {
+        for (word, prose) in &words {
             let parts = split_identifier(word);
-            if (parts.len() > 1 || single) && word.len() >= 2 {
+            if (parts.len() > 1 || single) && word.len() >= 2 && !prose {
                 let key = joined_key(word);
                 if !q.identifiers.contains(&key) {
                     q.identifiers.push(key);
@@ -483,6 +506,24 @@ mod tests {
         assert_eq!(q.identifiers, ["parseconfig"]);
         let q = QueryTerms::parse("the");
         assert_eq!(q.terms, ["the"]);
+    }
+
+    #[test]
+    fn a_hyphenated_word_in_a_question_is_prose_unless_written_as_a_flag() {
+        let q = QueryTerms::parse("Generates a longer multi-line version string.");
+        assert!(q.identifiers.is_empty());
+        assert_eq!(
+            q.terms,
+            ["generat", "longer", "multilin", "multi", "line", "version", "string"]
+        );
+        let q = QueryTerms::parse("why does --max-count stop early");
+        assert_eq!(q.identifiers, ["maxcount"]);
+        // A name or a few keywords keep it: they may be an identifier.
+        assert_eq!(QueryTerms::parse("multi-line").identifiers, ["multiline"]);
+        assert_eq!(QueryTerms::parse("multi-line search").identifiers, ["multiline"]);
+        // Case or underscores make it an identifier anywhere.
+        let q = QueryTerms::parse("how is the Content-Type header read");
+        assert_eq!(q.identifiers, ["contenttype"]);
     }
 
     #[test]

@@ -518,8 +518,6 @@ const TYPE_KINDS: &[&str] = &[
     "union",
     "object",
 ];
-/// Words from which a query is a question rather than a name or keywords.
-const QUESTION_WORDS: usize = 4;
 /// A chunk that holds code quoted in the query, verbatim, or lies in a file
 /// the query names (swe: `method = builtin_str(method)` rose from 8th to 1st).
 const FRAGMENT_FACTOR: f64 = 3.0;
@@ -568,7 +566,7 @@ impl QueryIntent {
                     || ["toml", "yaml", "yml", "json", "ini"].contains(&t)
             }),
             changelog: any(&|t| t == "changelog" || t == "news" || t.starts_with("releas")),
-            question: text.split_whitespace().count() >= QUESTION_WORDS,
+            question: lexical::is_question(text),
         }
     }
 }
