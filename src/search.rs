@@ -1685,10 +1685,74 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> bool {
     let Some(symbol) = &hit.symbol else {
         return false;
     };
+    let owner = hit.context.as_deref().and_then(enclosing_type);
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .map(lexical::name_words)
+        .map(|name| match &owner {
+            Some(owner) if is_constructor(name, owner) => lexical::name_words(owner),
+            _ => lexical::name_words(name),
+        })
         .any(|words| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms)))
+}
+
+/// Names a constructor has, whatever its type: a question names the type
+/// ("Creates a new searcher builder" for `SearcherBuilder::new`).
+const CONSTRUCTOR_NAMES: &[&str] = &[
+    "new",
+    "constructor",
+    "__init__",
+    "__new__",
+    "init",
+    "initialize",
+    "__construct",
+];
+
+fn is_constructor(name: &str, owner: &str) -> bool {
+    CONSTRUCTOR_NAMES.contains(&name) || name == owner
+}
+
+/// The type whose body holds a chunk, from the last of its enclosing
+/// signatures: `impl<W: Write> Standard<W> {` → `Standard`, `impl Display
+/// for Span` → `Span`, `export class GlProgram extends X` → `GlProgram`.
+fn enclosing_type(context: &str) -> Option<String> {
+    const TYPE_KEYWORDS: &[&str] = &[
+        "class",
+        "struct",
+        "impl",
+        "interface",
+        "trait",
+        "enum",
+        "object",
+        "record",
+    ];
+    // Generic parameters (`<'a, W: Write>`) name no type of the chunk.
+    let mut depth = 0usize;
+    let line: String = context
+        .lines()
+        .last()?
+        .chars()
+        .map(|c| {
+            match c {
+                '<' => depth += 1,
+                '>' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => return c,
+                _ => {}
+            }
+            ' '
+        })
+        .collect();
+    let words: Vec<&str> = line
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = words.iter().position(|w| TYPE_KEYWORDS.contains(w))?;
+    let rest = &words[at + 1..];
+    // `impl Trait for Type`: the type follows `for`.
+    let rest = match (words[at] == "impl", rest.iter().position(|w| *w == "for")) {
+        (true, Some(f)) => &rest[f + 1..],
+        _ => rest,
+    };
+    rest.first().map(|w| w.to_string())
 }
 
 /// Whether the hit's code holds one of the query's code fragments verbatim
@@ -2246,6 +2310,65 @@ mod tests {
         let q = QueryTerms::parse("Set the maximum number of columns allowed");
         assert!(says_name(&named("max_columns"), &q), "max abbreviates maximum");
         assert!(!says_name(&named("min_columns"), &q));
+    }
+
+    #[test]
+    fn a_constructor_is_named_by_its_type() {
+        let member = |symbol: &str, context: &str| SearchHit {
+            symbol: Some(symbol.to_string()),
+            context: Some(context.to_string()),
+            ..SearchHit::default()
+        };
+        let q = QueryTerms::parse("Create a new searcher builder with a default configuration");
+        assert!(says_name(&member("new", "impl SearcherBuilder {"), &q));
+        assert!(says_name(
+            &member("new", "mod searcher {\nimpl<'a, W: Write> SearcherBuilder<W> {"),
+            &q
+        ));
+        assert!(
+            !says_name(&member("new", "impl StandardBuilder {"), &q),
+            "another type's constructor"
+        );
+        assert!(
+            !says_name(&member("build", "impl SearcherBuilder {"), &q),
+            "not a constructor"
+        );
+        let q = QueryTerms::parse("Creates a shiny new GlProgram.");
+        assert!(says_name(
+            &member("constructor", "export class GlProgram extends Base"),
+            &q
+        ));
+        assert!(says_name(
+            &member("GlProgram", "public final class GlProgram implements Program {"),
+            &q
+        ));
+        assert!(says_name(&member("__init__", "class GlProgram(Base):"), &q));
+    }
+
+    #[test]
+    fn the_enclosing_type_is_read_from_the_last_signature() {
+        assert_eq!(
+            enclosing_type("impl<W: Write> Standard<W> {").as_deref(),
+            Some("Standard")
+        );
+        assert_eq!(enclosing_type("impl fmt::Display for Span {").as_deref(), Some("Span"));
+        assert_eq!(
+            enclosing_type("export class GlProgram extends X").as_deref(),
+            Some("GlProgram")
+        );
+        assert_eq!(
+            enclosing_type("public static final class Builder {").as_deref(),
+            Some("Builder")
+        );
+        assert_eq!(
+            enclosing_type("class Session(SessionRedirectMixin):").as_deref(),
+            Some("Session")
+        );
+        assert_eq!(enclosing_type("func (c *Ctx) Bind() {"), None);
+        assert_eq!(
+            enclosing_type("impl<'a, M: Matcher<T>, W> StandardImpl<'a, M, W> {").as_deref(),
+            Some("StandardImpl")
+        );
     }
 
     #[test]
