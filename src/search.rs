@@ -965,8 +965,8 @@ impl Searcher {
             if quotes_fragment(hit, fragments) && (intent.tests || !is_test_code(hit)) {
                 factors.push(("quotes the query's code or names its file", FRAGMENT_FACTOR));
             }
-            if names_said && says_name(hit, &q) {
-                factors.push(("the question says its name", NAME_SAID_FACTOR));
+            if let Some(reason) = says_name(hit, &q).filter(|_| names_said) {
+                factors.push((reason, NAME_SAID_FACTOR));
             }
             let fused = fused[&hit.chunk_id];
             hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
@@ -1680,19 +1680,20 @@ fn rerank_factors(hit: &SearchHit, exact_symbol: bool, intent: QueryIntent) -> V
 
 /// Whether the query says every word of the hit's name, or of one of its
 /// names in a chunk of several definitions (stopwords such as `get` and `is`
-/// aside): "Convert to a RGB color object" says `toRgb`, not `toRgba`.
-fn says_name(hit: &SearchHit, q: &QueryTerms) -> bool {
-    let Some(symbol) = &hit.symbol else {
-        return false;
-    };
+/// aside): "Convert to a RGB color object" says `toRgb`, not `toRgba`. A
+/// constructor is named by its type. The reason `--explain` gives, if so.
+fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
+    let symbol = hit.symbol.as_deref()?;
     let owner = hit.context.as_deref().and_then(enclosing_type);
+    let said = |words: Vec<String>| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms));
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .map(|name| match &owner {
-            Some(owner) if is_constructor(name, owner) => lexical::name_words(owner),
-            _ => lexical::name_words(name),
+        .find_map(|name| match &owner {
+            Some(owner) if is_constructor(name, owner) => {
+                said(lexical::name_words(owner)).then_some("the question names its type (a constructor)")
+            }
+            _ => said(lexical::name_words(name)).then_some("the question says its name"),
         })
-        .any(|words| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms)))
 }
 
 /// Names a constructor has, whatever its type: a question names the type
@@ -2300,16 +2301,28 @@ mod tests {
             ..SearchHit::default()
         };
         let q = QueryTerms::parse("Convert to a RGB color object with normalized components");
-        assert!(says_name(&named("toRgb"), &q));
-        assert!(says_name(&named("normalize_components"), &q), "words are stemmed");
-        assert!(says_name(&named("toRgba, toRgb"), &q), "one of a chunk's names");
-        assert!(!says_name(&named("toRgba"), &q));
-        assert!(!says_name(&named("toHsl"), &q));
-        assert!(!says_name(&named("to"), &q), "a name of stopwords says nothing");
-        assert!(!says_name(&SearchHit::default(), &q));
+        assert_eq!(says_name(&named("toRgb"), &q), Some("the question says its name"));
+        assert!(
+            says_name(&named("normalize_components"), &q).is_some(),
+            "words are stemmed"
+        );
+        assert!(
+            says_name(&named("toRgba, toRgb"), &q).is_some(),
+            "one of a chunk's names"
+        );
+        assert!(says_name(&named("toRgba"), &q).is_none());
+        assert!(says_name(&named("toHsl"), &q).is_none());
+        assert!(
+            says_name(&named("to"), &q).is_none(),
+            "a name of stopwords says nothing"
+        );
+        assert!(says_name(&SearchHit::default(), &q).is_none());
         let q = QueryTerms::parse("Set the maximum number of columns allowed");
-        assert!(says_name(&named("max_columns"), &q), "max abbreviates maximum");
-        assert!(!says_name(&named("min_columns"), &q));
+        assert!(
+            says_name(&named("max_columns"), &q).is_some(),
+            "max abbreviates maximum"
+        );
+        assert!(says_name(&named("min_columns"), &q).is_none());
     }
 
     #[test]
@@ -2319,30 +2332,23 @@ mod tests {
             context: Some(context.to_string()),
             ..SearchHit::default()
         };
+        let by_type = Some("the question names its type (a constructor)");
         let q = QueryTerms::parse("Create a new searcher builder with a default configuration");
-        assert!(says_name(&member("new", "impl SearcherBuilder {"), &q));
-        assert!(says_name(
-            &member("new", "mod searcher {\nimpl<'a, W: Write> SearcherBuilder<W> {"),
-            &q
-        ));
-        assert!(
-            !says_name(&member("new", "impl StandardBuilder {"), &q),
-            "another type's constructor"
-        );
-        assert!(
-            !says_name(&member("build", "impl SearcherBuilder {"), &q),
-            "not a constructor"
-        );
+        assert_eq!(says_name(&member("new", "impl SearcherBuilder {"), &q), by_type);
+        let nested = member("new", "mod searcher {\nimpl<'a, W: Write> SearcherBuilder<W> {");
+        assert_eq!(says_name(&nested, &q), by_type);
+        let other = member("new", "impl StandardBuilder {");
+        assert!(says_name(&other, &q).is_none(), "another type's constructor");
+        let method = member("build", "impl SearcherBuilder {");
+        assert!(says_name(&method, &q).is_none(), "not a constructor");
         let q = QueryTerms::parse("Creates a shiny new GlProgram.");
-        assert!(says_name(
-            &member("constructor", "export class GlProgram extends Base"),
-            &q
-        ));
-        assert!(says_name(
-            &member("GlProgram", "public final class GlProgram implements Program {"),
-            &q
-        ));
-        assert!(says_name(&member("__init__", "class GlProgram(Base):"), &q));
+        for (name, context) in [
+            ("constructor", "export class GlProgram extends Base"),
+            ("GlProgram", "public final class GlProgram implements Program {"),
+            ("__init__", "class GlProgram(Base):"),
+        ] {
+            assert_eq!(says_name(&member(name, context), &q), by_type, "{name}");
+        }
     }
 
     #[test]
