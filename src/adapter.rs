@@ -45,7 +45,7 @@ const ADAPTED_SHARE: f32 = 0.5;
 /// this (a lone identifier, two keywords) are not what the map learnt from:
 /// they are searched as typed (semantic ident chunk H@1 with the map .770,
 /// without .785).
-const MIN_QUESTION_WORDS: usize = 3;
+const MIN_SENTENCE_WORDS: usize = 3;
 /// First sentences longer than this are cut (characters).
 const MAX_QUESTION_CHARS: usize = 300;
 
@@ -109,7 +109,7 @@ impl QueryAdapter {
         Some(QueryAdapter::of(dims, matrix.into_iter().map(|x| x as f32).collect()))
     }
 
-    /// The query vector search uses for a question ([`is_question`]): the
+    /// The query vector search uses for a sentence ([`is_sentence`]): the
     /// mean of `vector` and its image by the map (both unit length),
     /// normalised; `vector` itself when its dimension is not the adapter's.
     /// The image alone is best for questions worded like doc comments but
@@ -129,7 +129,7 @@ impl QueryAdapter {
         out
     }
 
-    /// Whether search carries `query` by the map: a question ([`is_question`])
+    /// Whether search carries `query` by the map: a sentence ([`is_sentence`])
     /// led by a word that led the sentences it was fitted on ("Returns",
     /// "Check"). The map learnt how doc comments say what code does; issue
     /// titles ("Wrong legend values of large ranges", "caplog fixture
@@ -137,7 +137,7 @@ impl QueryAdapter {
     /// with: on the public eval, swe file R@5 .733 carried, .771 as typed,
     /// .758 so chosen; doc chunk H@10 .873, .830, .870 (BENCHMARKS.md).
     pub fn carries(&self, query: &str) -> bool {
-        is_question(query)
+        is_sentence(query)
             && match &self.leads {
                 None => true,
                 Some(leads) => lead_word(query).is_some_and(|w| leads.contains(&w)),
@@ -523,9 +523,11 @@ pub fn lead_words<'a>(questions: impl IntoIterator<Item = &'a str>) -> BTreeSet<
     questions.into_iter().filter_map(lead_word).collect()
 }
 
-/// Whether `text` has the words of a question the adapter carries.
-pub fn is_question(text: &str) -> bool {
-    text.split_whitespace().count() >= MIN_QUESTION_WORDS
+/// Whether `text` has the words of a sentence: a doc sentence the map learns
+/// from, or a query it may carry. (The rerank's "question", four words or
+/// more, is [`crate::lexical::is_question`].)
+pub fn is_sentence(text: &str) -> bool {
+    text.split_whitespace().count() >= MIN_SENTENCE_WORDS
 }
 
 /// The first sentence of the doc's first paragraph, without tag lines
@@ -544,7 +546,7 @@ fn first_sentence(doc: &[String]) -> Option<String> {
         .find(|&i| text[i..].is_empty() || text[i..].starts_with(' '))
         .unwrap_or(text.len());
     let sentence: String = text[..end].chars().take(MAX_QUESTION_CHARS).collect();
-    is_question(&sentence).then_some(sentence)
+    is_sentence(&sentence).then_some(sentence)
 }
 
 /// `question` without a first word that is the definition's own `name`
@@ -589,7 +591,7 @@ pub fn training_pairs(
                 Some(name) if method == Method::Chosen => without_leading_name(&question, name),
                 _ => question,
             };
-            if !is_question(&question) {
+            if !is_sentence(&question) {
                 continue;
             }
             pairs.push((
