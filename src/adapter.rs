@@ -308,11 +308,12 @@ fn held_out_mrr(
         .map(|&i| {
             let q = adapter.map_or_else(|| questions[i].clone(), |a| a.apply(&questions[i]));
             let own = dot(&q, &targets[i]);
+            let own_chunk = negatives.own_of(i);
             let others = negatives
                 .vectors
                 .iter()
                 .enumerate()
-                .filter(|(j, _)| negatives.own_of(i) != Some(*j));
+                .filter(|(j, _)| own_chunk != Some(*j));
             let above = targets
                 .iter()
                 .chain(others.map(|(_, v)| v))
@@ -765,7 +766,7 @@ pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
         .ok();
     let adapter = QueryAdapter::from_blob(&blob)?;
     Some(match leads {
-        Some(words) => adapter.led_by(words.split(' ').map(str::to_string).collect()),
+        Some(words) => adapter.led_by(words.split_whitespace().map(str::to_string).collect()),
         None => adapter,
     })
 }

@@ -965,7 +965,7 @@ impl Searcher {
             if quotes_fragment(hit, fragments) && (intent.tests || !is_test_code(hit)) {
                 factors.push(("quotes the query's code or names its file", FRAGMENT_FACTOR));
             }
-            if let Some(reason) = says_name(hit, &q).filter(|_| names_said) {
+            if let Some(reason) = names_said.then(|| says_name(hit, &q)).flatten() {
                 factors.push((reason, NAME_SAID_FACTOR));
             }
             let fused = fused[&hit.chunk_id];
