@@ -131,10 +131,8 @@ pub fn chosen() -> Result<&'static ModelSpec> {
 /// sentence-transformers model with mean pooling, taken as it is (ken has
 /// no sums to check it against, and never downloads it).
 pub fn named(name: &str) -> Result<&'static ModelSpec> {
-    let own = std::env::var_os("KEN_MODEL_DIR").is_some()
-        && !name.is_empty()
-        && !name.contains('/')
-        && builtin(name).is_err();
+    let own =
+        folder_from_env("KEN_MODEL_DIR").is_some() && !name.is_empty() && !name.contains('/') && builtin(name).is_err();
     if !own {
         return builtin(name);
     }
@@ -159,18 +157,23 @@ pub fn named(name: &str) -> Result<&'static ModelSpec> {
 /// Marker written once a folder's files passed the sha256 check.
 const VERIFIED_MARKER: &str = ".ken-verified";
 
+/// A folder named by an environment variable; set but empty is unset, not
+/// the working directory (a fetch would write the model there).
+fn folder_from_env(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
 /// ken's per-user cache folder: `KEN_CACHE_DIR`, else `~/.cache/ken`.
 pub fn cache_root() -> PathBuf {
-    std::env::var_os("KEN_CACHE_DIR")
-        .map(PathBuf::from)
+    folder_from_env("KEN_CACHE_DIR")
         .or_else(|| dirs::cache_dir().map(|d| d.join("ken")))
         .unwrap_or_else(|| std::env::temp_dir().join("ken-cache"))
 }
 
 /// The folder holding the model: `KEN_MODEL_DIR`, else the user cache.
 pub fn model_dir(spec: &ModelSpec) -> PathBuf {
-    if let Some(dir) = std::env::var_os("KEN_MODEL_DIR") {
-        return PathBuf::from(dir);
+    if let Some(dir) = folder_from_env("KEN_MODEL_DIR") {
+        return dir;
     }
     cache_root().join("models").join(spec.name)
 }

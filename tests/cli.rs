@@ -929,3 +929,26 @@ fn explain_says_how_each_score_was_made() {
         "{text}"
     );
 }
+
+/// `KEN_MODEL_DIR=` (set, empty) is unset: the model is looked for in the
+/// cache, never in the working directory, where a fetch would write it.
+#[test]
+fn an_empty_model_folder_variable_is_unset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = ken_env(
+        &work,
+        &["model", "path"],
+        &[
+            ("KEN_MODEL_DIR", String::new()),
+            ("KEN_CACHE_DIR", cache.display().to_string()),
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = cache.join("models").join("all-MiniLM-L6-v2");
+    assert!(stderr.contains(&expected.display().to_string()), "{stderr}");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
