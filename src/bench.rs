@@ -471,7 +471,8 @@ pub struct QueryBench {
     pub hybrid_word_phases: Vec<(String, f64)>,
     /// Embedding the query alone (built-in model), p50 ms.
     pub query_embedding_p50_ms: f64,
-    /// The same through candle's batch pass (the baseline), p50 ms.
+    /// The same through candle's batch pass (the baseline; ken's batch pass
+    /// for a model candle lacks), p50 ms.
     pub query_embedding_batch_pass_p50_ms: f64,
 }
 
@@ -558,13 +559,21 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     }
     let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
     if vectors > 0 {
-        let model = crate::embed::LocalBert::chosen_model(crate::embed::DEFAULT_MAX_TOKENS)?;
+        // The index's model, whatever KEN_MODEL says.
+        let id = searcher.store().meta("embedding_model")?.unwrap_or_default();
+        let model = crate::embed::LocalBert::for_id(&id)?;
+        // The baseline: candle's BertModel, or ken's batch pass for a model candle lacks (MPNet).
+        let with_candle = model.embed_batch_with_candle(&["x"]).is_ok();
         for query in &queries {
             let t = Instant::now();
             crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
             embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            model.embed_batch_with_candle(&[query.as_str()])?;
+            if with_candle {
+                model.embed_batch_with_candle(&[query.as_str()])?;
+            } else {
+                model.embed_batch(&[query.as_str()])?;
+            }
             batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }

@@ -32,6 +32,12 @@ pub trait Embedder: Send + Sync {
     fn dimensions(&self) -> usize;
     /// One L2-normalised vector per text, in order.
     fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>>;
+    /// How much BM25 weighs against this embedder's vectors in hybrid
+    /// fusion, unless `KEN_FUSION_WEIGHTS` says: a stronger model's
+    /// similarities deserve more trust (the eval chose each model's).
+    fn lexical_weight(&self) -> f64 {
+        1.0
+    }
     /// How many texts to pass per [`Embedder::embed`] call.
     fn preferred_batch(&self) -> usize {
         16
@@ -64,6 +70,7 @@ pub struct LocalBert {
     query_pass: OnceLock<std::result::Result<QueryEncoder, String>>,
     tokenizer: Tokenizer,
     dimensions: usize,
+    lexical_weight: f64,
 }
 
 impl LocalBert {
@@ -76,6 +83,15 @@ impl LocalBert {
     /// The built-in model `KEN_MODEL` chooses (all-MiniLM-L6-v2 by default).
     pub fn chosen_model(max_tokens: usize) -> Result<LocalBert> {
         LocalBert::builtin(model::chosen()?, max_tokens)
+    }
+
+    /// The local model that makes vectors of embedder id `id`
+    /// (`name/budget/textN`), at that token budget.
+    pub fn for_id(id: &str) -> Result<LocalBert> {
+        let mut parts = id.split('/');
+        let spec = model::named(parts.next().unwrap_or_default())?;
+        let max_tokens = parts.next().and_then(|t| t.parse().ok()).unwrap_or(DEFAULT_MAX_TOKENS);
+        LocalBert::builtin(spec, max_tokens)
     }
 
     pub fn load(spec: &ModelSpec, dir: &Path, max_tokens: usize) -> Result<LocalBert> {
@@ -107,6 +123,7 @@ impl LocalBert {
             query_pass: OnceLock::new(),
             tokenizer,
             dimensions: config.bert.hidden_size,
+            lexical_weight: spec.lexical_weight,
             config,
         };
         Ok(local)
@@ -164,6 +181,10 @@ impl Embedder for LocalBert {
 
     fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    fn lexical_weight(&self) -> f64 {
+        self.lexical_weight
     }
 
     fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>> {

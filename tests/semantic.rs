@@ -160,6 +160,25 @@ fn the_mpnet_model_is_chosen_by_name_and_kept_by_the_index() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["embedding"]["model"], "all-mpnet-base-v2/256/text3", "{report}");
     assert!(semantic_top(root, "reject credentials that are too old").contains(&"check_expiry".to_string()));
+    // BM25 weighs 0.7 against its vectors (x1.4 for a query the adapter
+    // leaves as typed), unless KEN_FUSION_WEIGHTS says otherwise.
+    let lexical_weight = |env: &[(&str, String)]| {
+        let out = ken_env(
+            root,
+            &["search", "--json", "--explain", "reject credentials that are too old"],
+            env,
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+        hits[0]["explain"]["weights"]["lexical"].as_f64().unwrap()
+    };
+    let model_weight = lexical_weight(&[]);
+    assert!(
+        [0.7, 0.98].iter().any(|w| (model_weight - w).abs() < 1e-9),
+        "{model_weight}"
+    );
+    let configured = lexical_weight(&[("KEN_FUSION_WEIGHTS", "1,1,1".to_string())]);
+    assert!((configured - model_weight / 0.7).abs() < 1e-9, "{configured}");
 
     let minilm = model_dir();
     let other = [
