@@ -215,7 +215,8 @@ pub fn locate(spec: &ModelSpec) -> Result<PathBuf> {
     if holds_another_model(spec, &dir)? {
         bail!(
             "{} holds another model than {} (its config.json differs); \
-             point KEN_MODEL_DIR at a folder with {}, or unset it",
+             point KEN_MODEL_DIR at a folder with {}, or unset it, \
+             or give your own model a name of its own with KEN_MODEL",
             dir.display(),
             spec.name,
             spec.name
