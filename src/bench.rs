@@ -563,7 +563,7 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
         let id = searcher.store().meta("embedding_model")?.unwrap_or_default();
         let model = crate::embed::LocalBert::for_id(&id)?;
         // The baseline: candle's BertModel, or ken's batch pass for a model candle lacks (MPNet).
-        let with_candle = model.embed_batch_with_candle(&["x"]).is_ok();
+        let with_candle = model.runs_on_candle();
         for query in &queries {
             let t = Instant::now();
             crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;

@@ -62,6 +62,12 @@ impl ModelConfig {
             Some("bert") | None => Family::Bert,
             Some(other) => bail!("ken runs BERT and MPNet models, not {other:?}"),
         };
+        if let Family::Mpnet { buckets, .. } = family {
+            // Both directions, each with exact and logarithmic buckets.
+            if buckets < 4 || buckets % 2 != 0 {
+                bail!("relative_attention_num_buckets must be an even number of at least 4, not {buckets}");
+            }
+        }
         if let (Family::Mpnet { .. }, Some(fields)) = (family, value.as_object_mut()) {
             // MPNet has no token types; candle's config still wants the count.
             fields.entry("type_vocab_size").or_insert(0.into());
@@ -267,6 +273,10 @@ impl QueryEncoder {
         }
         let mut x = self.embeddings(ids, type_ids)?;
         let mut scratch = Scratch::default();
+        if let Some((_, buckets)) = &self.relative_bias {
+            // Every layer and head reads the same buckets.
+            scratch.buckets = relative_buckets(m, *buckets);
+        }
         for layer in &self.layers {
             self.layer(layer, &mut x, m, &mut scratch);
         }
@@ -350,8 +360,8 @@ impl QueryEncoder {
                 for (j, score) in s.scores.iter_mut().enumerate() {
                     let k = &s.k[j * h..][cols.clone()];
                     *score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    if let Some((table, buckets)) = &self.relative_bias {
-                        *score += table[relative_bucket(j as i64 - i as i64, *buckets) * self.heads + head];
+                    if let Some((table, _)) = &self.relative_bias {
+                        *score += table[s.buckets[i * m + j] as usize * self.heads + head];
                     }
                 }
                 let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -380,6 +390,8 @@ struct Scratch {
     context: Vec<f32>,
     attended: Vec<f32>,
     inner: Vec<f32>,
+    /// MPNet's relative-position bucket of each (query, key) pair.
+    buckets: Vec<u32>,
 }
 
 fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
@@ -711,6 +723,65 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BERT_FIELDS: &str = r#""vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 16, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "max_position_embeddings": 16, "initializer_range": 0.02,
+        "layer_norm_eps": 1e-5, "pad_token_id": 1"#;
+
+    #[test]
+    fn a_config_names_its_family_and_odd_ones_are_refused() {
+        let bert = ModelConfig::parse(&format!(r#"{{{BERT_FIELDS}, "type_vocab_size": 2}}"#)).unwrap();
+        assert_eq!(bert.family, Family::Bert);
+        assert_eq!(bert.first_position(), 0);
+        let mpnet = ModelConfig::parse(&format!(
+            r#"{{{BERT_FIELDS}, "model_type": "mpnet", "relative_attention_num_buckets": 32}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            mpnet.family,
+            Family::Mpnet {
+                buckets: 32,
+                padding_id: 1
+            }
+        );
+        assert_eq!(mpnet.first_position(), 2);
+        for bad in [
+            format!(r#"{{{BERT_FIELDS}, "model_type": "xlm-roberta", "type_vocab_size": 1}}"#),
+            format!(r#"{{{BERT_FIELDS}, "model_type": "mpnet", "relative_attention_num_buckets": 0}}"#),
+            format!(r#"{{{BERT_FIELDS}, "model_type": "mpnet", "relative_attention_num_buckets": 7}}"#),
+            "not json".to_string(),
+        ] {
+            assert!(ModelConfig::parse(&bad).is_err(), "{bad}");
+        }
+    }
+
+    /// T5's bidirectional buckets with 32 buckets and distance 128, as
+    /// Hugging Face's MPNet computes them.
+    #[test]
+    fn relative_positions_fall_in_t5_buckets() {
+        let cases = [
+            (0, 0),
+            (-1, 1),
+            (-7, 7),
+            (-8, 8),
+            (-11, 8),
+            (-12, 9),
+            (-16, 10),
+            (-32, 12),
+            (-64, 14),
+            (-127, 15),
+            (-500, 15),
+            (1, 17),
+            (7, 23),
+            (8, 24),
+            (500, 31),
+        ];
+        for (relative, bucket) in cases {
+            assert_eq!(relative_bucket(relative, 32), bucket, "relative position {relative}");
+        }
+        assert_eq!(relative_buckets(2, 32), vec![0, 17, 1, 0]);
+    }
 
     #[test]
     fn erf_matches_libm() {

@@ -145,7 +145,7 @@ impl LocalBert {
     fn candle_model(&self) -> Result<&BertModel> {
         self.candle_pass
             .get_or_init(|| {
-                if self.config.family != Family::Bert {
+                if !self.runs_on_candle() {
                     return Err(format!("candle has no {:?} model", self.config.family));
                 }
                 BertModel::load(self.weights()?, &self.config.bert).map_err(|e| format!("building the BERT model: {e}"))
@@ -210,6 +210,11 @@ impl LocalBert {
             Ok(encoder) => self.pooled(texts, |ids, types, mask| encoder.forward(ids, types, mask)),
             Err(_) => self.embed_batch_with_candle(texts),
         }
+    }
+
+    /// Whether candle's BertModel runs this model (not MPNet).
+    pub fn runs_on_candle(&self) -> bool {
+        self.config.family == Family::Bert
     }
 
     /// candle's BertModel over the same batch.

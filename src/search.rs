@@ -414,8 +414,14 @@ impl Fusion {
         Fusion::from_vars(|name| std::env::var(name).ok())
     }
 
+    /// Whether `KEN_FUSION_WEIGHTS` sets the weights (else each model's
+    /// lexical weight applies).
+    fn weights_set_in_env() -> bool {
+        fusion_var(|name| std::env::var(name).ok(), "KEN_FUSION_WEIGHTS").is_some()
+    }
+
     fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Fusion> {
-        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let var = |name: &str| fusion_var(&get, name);
         let weights = match var("KEN_FUSION_WEIGHTS") {
             None => Weights::default(),
             Some(v) => parse_weights(&v).with_context(|| {
@@ -442,6 +448,11 @@ impl Fusion {
             Some(other) => bail!("KEN_FUSION must be `convex` or `rrf`, not `{other}`"),
         }
     }
+}
+
+/// A fusion setting from `get`; blank is unset.
+fn fusion_var(get: impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    get(name).filter(|v| !v.trim().is_empty())
 }
 
 /// `lexical,semantic[,signature]`: non-negative numbers, not all zero; the
@@ -608,7 +619,7 @@ impl Searcher {
             semantic: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::from_env()?,
-            fusion_weights_set: std::env::var("KEN_FUSION_WEIGHTS").is_ok_and(|v| !v.trim().is_empty()),
+            fusion_weights_set: Fusion::weights_set_in_env(),
             stock_bm25: Default::default(),
             last_phases: Default::default(),
         })
