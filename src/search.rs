@@ -313,8 +313,9 @@ struct Candidate {
     exact_symbol: bool,
     /// Found only by the vector side, below the lexical side's depth.
     deep: bool,
-    /// The definition a query's identifier names, when it is one of several
-    /// packed in the chunk: the result is narrowed to its lines.
+    /// The definitions a query's identifiers name, when they are among
+    /// several packed in the chunk: the result is narrowed to their lines,
+    /// from the first to the last (overloads of one name stay together).
     exact_member: Option<Member>,
 }
 
@@ -1042,7 +1043,17 @@ impl Searcher {
                         ..Candidate::default()
                     });
                     c.exact_symbol = true;
-                    c.exact_member = c.exact_member.take().or(Some(member));
+                    c.exact_member = Some(match c.exact_member.take() {
+                        // Overloads packed together, or two names the query
+                        // says: the answer is all of them.
+                        Some((mut names, start, end)) => {
+                            if !names.split(", ").any(|n| n == member.0) {
+                                names = format!("{names}, {}", member.0);
+                            }
+                            (names, start.min(member.1), end.max(member.2))
+                        }
+                        None => member,
+                    });
                 }
             }
         }
@@ -1566,7 +1577,7 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
     }
 }
 
-/// Cuts a hit on a packed chunk down to the definition the query named.
+/// Cuts a hit on a packed chunk down to the definitions the query named.
 fn narrow_to_member(hit: &mut SearchHit, (name, start, end): &Member) {
     if *start < hit.start_line || *end > hit.end_line || (*start, *end) == (hit.start_line, hit.end_line) {
         return;

@@ -147,6 +147,64 @@ impl std::fmt::Display for QueryPlan {
 }
 
 #[test]
+fn a_named_identifier_narrows_a_packed_chunk_to_all_its_overloads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/Parser.java",
+        r#"package org.example;
+
+public class Parser {
+    private TagSet tagSet;
+    private int maxDepth;
+
+    public int maxDepth() {
+        return maxDepth;
+    }
+
+    public Parser tagSet(TagSet tagSet) {
+        this.tagSet = tagSet;
+        return this;
+    }
+
+    public TagSet tagSet() {
+        return tagSet;
+    }
+
+    public String namespace() {
+        return "html";
+    }
+}
+"#,
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "tagSet", 3);
+    assert_eq!(hits[0]["path"], "src/Parser.java", "{hits:?}");
+    // The getter and the setter are packed with their neighbours; the
+    // answer is both overloads (11-18), not the first alone (11-14).
+    assert_eq!(
+        (hits[0]["start_line"].as_u64(), hits[0]["end_line"].as_u64()),
+        (Some(11), Some(18)),
+        "{hits:?}"
+    );
+    assert_eq!(hits[0]["symbol"], "tagSet");
+    let snippet = hits[0]["snippet"].as_str().unwrap();
+    assert!(
+        !snippet.contains("maxDepth") && !snippet.contains("namespace"),
+        "{snippet}"
+    );
+    // Two names the query says: both definitions, and the lines between.
+    let hits = search(root, "tagSet maxDepth", 3);
+    assert_eq!(
+        (hits[0]["start_line"].as_u64(), hits[0]["end_line"].as_u64()),
+        (Some(7), Some(18)),
+        "{hits:?}"
+    );
+    assert_eq!(hits[0]["symbol"], "tagSet, maxDepth");
+}
+
+#[test]
 fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
