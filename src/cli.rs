@@ -979,6 +979,14 @@ fn print_hits(hits: &[BaseHit], query: &str) {
             s.bold(symbol),
             s.dim(&format!("[{}] {:.3}", hit.language, hit.score)),
         );
+        if !hit.copies.is_empty() {
+            let places: Vec<String> = hit
+                .copies
+                .iter()
+                .map(|c| format!("{}:{}-{}", c.path, c.start_line, c.end_line))
+                .collect();
+            let _ = writeln!(out, "    {}", s.dim(&format!("the same code at {}", places.join(", "))));
+        }
         if let Some(explain) = &hit.explain {
             let _ = writeln!(out, "    {}", s.dim(&describe_explain(explain)));
         }

@@ -220,6 +220,10 @@ pub struct Hit {
     /// Why the result ranks where it does (with `explain`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<crate::search::Explain>,
+    /// The same code elsewhere: identical chunks, listed here instead of
+    /// ranked again.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<crate::search::Location>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -619,6 +623,7 @@ fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget:
             code: with_code.then_some(h.content),
             context: h.context,
             explain: h.explain,
+            copies: h.copies,
         });
     }
     out

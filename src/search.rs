@@ -102,10 +102,25 @@ pub struct SearchHit {
     /// Why the hit ranks where it does (only when asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
+    /// The same text elsewhere: chunks identical to this one, which rank
+    /// here once instead of filling the list with copies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<Location>,
     #[serde(skip)]
     pub content: String,
     #[serde(skip)]
     pub chunk_id: i64,
+    /// The hash of the chunk's text (0: unknown).
+    #[serde(skip)]
+    pub content_hash: i64,
+}
+
+/// Lines of a file, 1-based and inclusive.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
+pub struct Location {
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
 }
 
 /// How a hit's score was made: the sides of the fusion, then each factor
@@ -1357,7 +1372,8 @@ impl Searcher {
                     CASE WHEN ?4 IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
                     CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
-                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
+                    c.content_hash
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
@@ -1391,7 +1407,9 @@ impl Searcher {
                         context: r.get(6)?,
                         content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
                         explain: None,
+                        copies: Vec::new(),
                         chunk_id: id,
+                        content_hash: r.get(10)?,
                     },
                     vector: r.get(8)?,
                     signature: r.get(9)?,
@@ -1586,6 +1604,11 @@ fn narrow_to_member(hit: &mut SearchHit, (name, start, end): &Member) {
     let take = (end - start + 1) as usize;
     hit.content = hit.content.split_inclusive('\n').skip(skip).take(take).collect();
     hit.symbol = Some(name.clone());
+    // Copies hold the same text: the same lines of it.
+    for copy in &mut hit.copies {
+        copy.start_line += skip as u32;
+        copy.end_line = copy.start_line + take as u32 - 1;
+    }
     hit.start_line = *start;
     hit.end_line = *end;
 }
@@ -1915,14 +1938,22 @@ fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) ->
         hit.score = score;
         kept_per_file[file] += 1;
         // Drop what this hit rules out: chunks of its file that overlap it,
-        // or all the rest of its file once the file is full.
+        // or all the rest of its file once the file is full; and fold in its
+        // copies, best first (an agent needs to know of them, not to read
+        // them again).
         let full = kept_per_file[file] >= max_per_file;
         for (slot, &slot_file) in pending.iter_mut().zip(&file_of) {
-            let ruled_out = slot_file == file
-                && slot
-                    .as_ref()
-                    .is_some_and(|p| full || (p.start_line <= hit.end_line && hit.start_line <= p.end_line));
-            if ruled_out {
+            let Some(p) = slot.as_ref() else { continue };
+            let overlaps = slot_file == file && p.start_line <= hit.end_line && hit.start_line <= p.end_line;
+            let copy = hit.content_hash != 0 && p.content_hash == hit.content_hash;
+            if copy && !overlaps {
+                hit.copies.push(Location {
+                    path: p.path.clone(),
+                    start_line: p.start_line,
+                    end_line: p.end_line,
+                });
+            }
+            if copy || overlaps || (slot_file == file && full) {
                 *slot = None;
             }
         }
@@ -2036,6 +2067,52 @@ mod tests {
             None,
         );
         assert_eq!(order(&negative)[1], ("b.rs".into(), 1));
+    }
+
+    #[test]
+    fn identical_chunks_rank_once_with_their_copies_listed() {
+        let hit = |path: &str, start: u32, content_hash: i64, score: f64| SearchHit {
+            path: path.into(),
+            start_line: start,
+            end_line: start + 9,
+            score,
+            content_hash,
+            ..Default::default()
+        };
+        let kept = diversify(
+            vec![
+                hit("src/a.rs", 1, 7, 1.0),
+                hit("vendor/a.rs", 1, 7, 0.98),
+                hit("src/b.rs", 1, 8, 0.9),
+                hit("src/a.rs", 40, 7, 0.85), // the same text again in its own file
+                hit("src/c.rs", 1, 0, 0.8),   // hash unknown: never a copy
+                hit("src/d.rs", 1, 0, 0.7),
+            ],
+            10,
+            Some(1),
+        );
+        let places = |h: &SearchHit| (h.path.clone(), h.start_line);
+        assert_eq!(
+            kept.iter().map(places).collect::<Vec<_>>(),
+            [
+                ("src/a.rs".into(), 1),
+                ("src/b.rs".into(), 1),
+                ("src/c.rs".into(), 1),
+                ("src/d.rs".into(), 1)
+            ]
+        );
+        let copies: Vec<(String, u32, u32)> = kept[0]
+            .copies
+            .iter()
+            .map(|c| (c.path.clone(), c.start_line, c.end_line))
+            .collect();
+        assert_eq!(copies, [("vendor/a.rs".into(), 1, 10), ("src/a.rs".into(), 40, 49)]);
+        assert!(kept[1..].iter().all(|h| h.copies.is_empty()));
+        // Narrowed to a definition, the copies show the same lines of the text.
+        let mut narrowed = kept[0].clone();
+        narrow_to_member(&mut narrowed, &("f".to_string(), 3, 5));
+        assert_eq!((narrowed.start_line, narrowed.end_line), (3, 5));
+        assert_eq!((narrowed.copies[1].start_line, narrowed.copies[1].end_line), (42, 44));
     }
 
     #[test]

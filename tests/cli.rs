@@ -205,6 +205,49 @@ public class Parser {
 }
 
 #[test]
+fn identical_code_in_several_files_ranks_once_with_its_copies_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let retry = "def retry_with_backoff(call, attempts):\n    delay = 0.1\n    for attempt in range(attempts):\n        try:\n            return call()\n        except OSError:\n            time.sleep(delay)\n            delay *= 2\n    raise TimeoutError(attempts)\n";
+    for path in ["app/net.py", "tools/net_copy.py", "scripts/net_old.py"] {
+        write(root, path, &format!("import time\n\n\n{retry}"));
+    }
+    write(
+        root,
+        "app/other.py",
+        "def retry_later(queue, job):\n    queue.push(job, delay=5)\n    return job\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "retry with backoff attempts", 5);
+    let copies_of = |hit: &Value| -> Vec<String> {
+        hit["copies"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| format!("{}:{}-{}", c["path"].as_str().unwrap(), c["start_line"], c["end_line"]))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let retries: Vec<&Value> = hits.iter().filter(|h| h["symbol"] == "retry_with_backoff").collect();
+    assert_eq!(retries.len(), 1, "one result for the three copies: {hits:?}");
+    let mut copies = copies_of(retries[0]);
+    copies.sort();
+    let mut expected: Vec<String> = ["app/net.py", "tools/net_copy.py", "scripts/net_old.py"]
+        .iter()
+        .filter(|p| **p != retries[0]["path"].as_str().unwrap())
+        .map(|p| format!("{p}:4-12"))
+        .collect();
+    expected.sort();
+    assert_eq!(copies, expected, "{hits:?}");
+    // The slots the copies left go to other code.
+    assert!(hits.iter().any(|h| h["symbol"] == "retry_later"), "{hits:?}");
+    // The terminal output says where the copies are.
+    let text = ken_ok(root, &["search", "-k", "3", "retry with backoff attempts"]);
+    assert!(text.contains("the same code at "), "{text}");
+}
+
+#[test]
 fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
