@@ -12,6 +12,9 @@ fn the_python_sdk_client_passes_every_check() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
+    let retry = "def jittered_backoff_delays(base, attempts):\n    for attempt in range(attempts):\n        yield base * 2 ** attempt\n    return None\n";
+    write(root, "src/retry.py", retry);
+    write(root, "tools/retry_copy.py", retry);
     ken_ok(root, &["index", "-q"]);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let out = Command::new("python3")

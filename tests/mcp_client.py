@@ -117,6 +117,14 @@ async def main():
             check(len(all_paths) > len(set(all_paths)), f"some file has several config chunks: {all_paths}")
             check(paths == list(dict.fromkeys(all_paths)), f"max_per_file 1 keeps each file's best: {paths} of {all_paths}")
 
+            # Identical code in two files: one result that lists the other place.
+            out = structured(await session.call_tool("codebase_search", {"query": "jittered_backoff_delays", "limit": 5}))
+            named = [r for r in out["results"] if r["symbol"] == "jittered_backoff_delays"]
+            check(len(named) == 1, f"one result for two identical copies: {out['results']}")
+            places = {named[0]["path"]} | {c["path"] for c in named[0].get("copies", [])}
+            check(places == {"src/retry.py", "tools/retry_copy.py"}, f"the copy is listed: {named[0]}")
+            check(all(c["start_line"] == 1 and c["end_line"] >= 4 for c in named[0]["copies"]), f"{named[0]}")
+
             # Bad arguments: an error naming the argument, never a dead server.
             bad_calls = [
                 ("codebase_search", {}, "query"),
