@@ -598,8 +598,8 @@ fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget:
     let mut used = 0usize;
     let mut out = Vec::new();
     for (base, h) in hits {
-        // About four characters per token.
-        let cost = h.content.len() / 4 + 20;
+        // About four characters per token; a listed copy is a path and two numbers.
+        let cost = h.content.len() / 4 + 20 + h.copies.iter().map(|c| c.path.len() / 4 + 8).sum::<usize>();
         if let Some(budget) = budget {
             if !out.is_empty() && used + cost > budget {
                 break;
