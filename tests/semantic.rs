@@ -227,6 +227,220 @@ fn a_model_of_ones_own_is_named_and_found_by_its_folder() {
     assert!(listed.contains("* my-minilm"), "{listed}");
 }
 
+/// A folder of a model of one's own: MiniLM's files, linked, and the
+/// sentence-transformers files given as (path, text).
+fn own_model_folder(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::os::unix::fs::symlink(model_dir().join(name), dir.path().join(name)).unwrap();
+    }
+    for (path, text) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+/// MiniLM's first-token (`[CLS]`) vector of `text`, unit length, by
+/// candle's BertModel on the text alone (no padding): a reference apart
+/// from ken's passes and pooling.
+fn cls_reference(text: &str) -> Vec<f32> {
+    use candle_core::{DType, Device, Tensor};
+    let dir = model_dir();
+    let config: candle_transformers::models::bert::Config =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let weights = unsafe {
+        candle_nn::VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu)
+    }
+    .unwrap();
+    let model = candle_transformers::models::bert::BertModel::load(weights, &config).unwrap();
+    let mut tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    tokenizer
+        .with_truncation(Some(tokenizers::TruncationParams {
+            max_length: 256,
+            ..Default::default()
+        }))
+        .unwrap();
+    tokenizer.with_padding(None);
+    let encoding = tokenizer.encode(text, true).unwrap();
+    let ids = Tensor::new(encoding.get_ids(), &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let types = ids.zeros_like().unwrap();
+    let hidden = model.forward(&ids, &types, None).unwrap();
+    let first: Vec<f32> = hidden.get(0).unwrap().get(0).unwrap().to_vec1().unwrap();
+    let norm = first.iter().map(|v| v * v).sum::<f32>().sqrt();
+    first.iter().map(|v| v / norm).collect()
+}
+
+const CLS_POOLING: &str = r#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true,
+    "pooling_mode_mean_tokens": false, "pooling_mode_max_tokens": false, "pooling_mode_mean_sqrt_len_tokens": false}"#;
+const E5_PROMPTS: &str = r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": null}"#;
+const MODULES: &str = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+
+#[test]
+fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
+    use ken::model::{ModelSettings, Pooling};
+    let folder = own_model_folder(&[
+        ("modules.json", MODULES),
+        ("1_Pooling/config.json", CLS_POOLING),
+        ("config_sentence_transformers.json", E5_PROMPTS),
+    ]);
+    let settings = ModelSettings::read(folder.path(), |_| None).unwrap();
+    assert_eq!(
+        settings,
+        ModelSettings {
+            pooling: Pooling::Cls,
+            query_prompt: "query: ".into(),
+            document_prompt: "passage: ".into(),
+        }
+    );
+    let model = LocalBert::load_with(&ken::model::MINILM, folder.path(), 256, settings).unwrap();
+    let id = model.id();
+    assert!(
+        id.starts_with("all-MiniLM-L6-v2+cls+q") && id.contains("+d") && id.ends_with("/256/text3"),
+        "the settings are part of the vectors' id: {id}"
+    );
+    // Chunks: the batch pass, with padding and truncation.
+    let long = "fn f() { let x = 1; }\n".repeat(300);
+    let docs = [
+        "fn parse_config(path: &Path) -> Result<Config> { toml::from_str(&read(path)?) }",
+        "x",
+        long.as_str(),
+    ];
+    let vectors = model.embed(&docs, InputKind::Document).unwrap();
+    for (doc, v) in docs.iter().zip(&vectors) {
+        let similarity = cosine(v, &cls_reference(&format!("passage: {doc}")));
+        assert!(similarity > 0.99999, "{doc}: {similarity}");
+    }
+    // Queries: the query pass, and the batch pass past its 64 tokens.
+    let mean = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let long_query = "retry the request with exponential backoff ".repeat(12);
+    for query in ["where is the JWT expiry checked?", "x", long_query.as_str()] {
+        let v = model.embed(&[query], InputKind::Query).unwrap();
+        let similarity = cosine(&v[0], &cls_reference(&format!("query: {query}")));
+        assert!(similarity > 0.99999, "{query}: {similarity}");
+        let other = cosine(&v[0], &mean.embed(&[query], InputKind::Query).unwrap()[0]);
+        assert!(other < 0.99, "{query}: CLS is not the mean ({other})");
+    }
+
+    // The environment overrides the folder; a blank variable is unset.
+    let env = |name: &str| match name {
+        "KEN_MODEL_POOLING" => Some("mean".to_string()),
+        "KEN_MODEL_QUERY_PROMPT" => Some("search_query: ".to_string()),
+        _ => None,
+    };
+    let overridden = ModelSettings::read(folder.path(), env).unwrap();
+    assert_eq!(
+        (
+            overridden.pooling,
+            overridden.query_prompt.as_str(),
+            overridden.document_prompt.as_str()
+        ),
+        (Pooling::Mean, "search_query: ", "passage: ")
+    );
+    // No settings files: mean pooling, no prompts, and the id of the plain model.
+    let plain = own_model_folder(&[]);
+    assert_eq!(
+        ModelSettings::read(plain.path(), |_| None).unwrap(),
+        ModelSettings::default()
+    );
+
+    // What ken does not run is refused, by name.
+    let refused = |files: &[(&str, &str)], env: Option<&str>| {
+        let folder = own_model_folder(files);
+        let env = env.map(str::to_string);
+        format!(
+            "{:#}",
+            ModelSettings::read(folder.path(), |name| (name == "KEN_MODEL_POOLING")
+                .then(|| env.clone())
+                .flatten())
+            .unwrap_err()
+        )
+    };
+    let max = refused(
+        &[("1_Pooling/config.json", r#"{"pooling_mode_max_tokens": true}"#)],
+        None,
+    );
+    assert!(
+        max.contains("max_tokens") && max.contains("mean_tokens or cls_token"),
+        "{max}"
+    );
+    let dense = refused(
+        &[(
+            "modules.json",
+            r#"[{"path": "", "type": "sentence_transformers.models.Transformer"}, {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#,
+        )],
+        None,
+    );
+    assert!(dense.contains("Dense module"), "{dense}");
+    let bad = refused(&[], Some("max"));
+    assert!(bad.contains("KEN_MODEL_POOLING must be `mean` or `cls`"), "{bad}");
+    let broken = refused(&[("1_Pooling/config.json", "{not json")], None);
+    assert!(broken.contains("1_Pooling/config.json"), "{broken}");
+}
+
+#[test]
+fn a_models_settings_are_kept_by_the_index_and_a_change_re_embeds() {
+    model_dir();
+    let folder = own_model_folder(&[("1_Pooling/config.json", CLS_POOLING)]);
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    let own = vec![
+        ("KEN_MODEL", "cls-minilm".to_string()),
+        ("KEN_MODEL_DIR", folder.path().display().to_string()),
+    ];
+    let index = |env: &[(&str, String)]| -> Value {
+        let out = ken_env(root, &["index", "--json"], env);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = index(&own);
+    assert_eq!(first["embedding"]["model"], "cls-minilm+cls/256/text3", "{first}");
+    let contents = first["embedding"]["contents"].as_u64().unwrap();
+    assert_eq!(first["embedding"]["embedded"].as_u64(), Some(contents));
+    assert!(!semantic_hits(root, "reject credentials that are too old", 3, &own).is_empty());
+
+    // Mean pooling by the environment: other vectors, all embedded again.
+    let mut mean = own.clone();
+    mean.push(("KEN_MODEL_POOLING", "mean".to_string()));
+    let second = index(&mean);
+    assert_eq!(second["embedding"]["model"], "cls-minilm/256/text3", "{second}");
+    assert_eq!(second["embedding"]["embedded"].as_u64(), Some(contents), "{second}");
+    // A search embeds its query with the index's settings, or says why it cannot.
+    let hits = semantic_hits(root, "reject credentials that are too old", 3, &mean);
+    assert!(hits[0]["symbol"].as_str().unwrap().contains("check_expiry"), "{hits:?}");
+    let out = ken_env(
+        root,
+        &[
+            "search",
+            "--json",
+            "--mode",
+            "semantic",
+            "reject credentials that are too old",
+        ],
+        &own,
+    );
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("cls-minilm/256/text3") && said.contains("ken index"),
+        "{said}"
+    );
+
+    // The built-in models run as they were trained: the index stays lexical, and says why.
+    let out = ken_env(root, &["index"], &[("KEN_MODEL_POOLING", "cls".to_string())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("KEN_MODEL_POOLING is for a model of one's own"),
+        "{err}"
+    );
+}
+
 /// The names in the best semantic-only result (several when tiny
 /// definitions are packed into one chunk).
 fn semantic_top(root: &Path, query: &str) -> Vec<String> {
