@@ -153,6 +153,13 @@ impl ModelSettings {
                     modes.join(" + ")
                 ),
             };
+            // Some models leave the prompt's tokens out of the mean; ken pools them all.
+            if pooling["include_prompt"] == false {
+                bail!(
+                    "{}: pooling without the prompt's tokens (include_prompt false) is not one ken runs",
+                    dir.join(&pooling_dir).display()
+                );
+            }
         }
         if let Some(config) = json("config_sentence_transformers.json")? {
             let prompt = |names: &[&str]| {

@@ -380,6 +380,14 @@ fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
     assert!(dense.contains("Dense module"), "{dense}");
     let bad = refused(&[], Some("max"));
     assert!(bad.contains("KEN_MODEL_POOLING must be `mean` or `cls`"), "{bad}");
+    let without_prompt = refused(
+        &[(
+            "1_Pooling/config.json",
+            r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#,
+        )],
+        None,
+    );
+    assert!(without_prompt.contains("include_prompt false"), "{without_prompt}");
     let broken = refused(&[("1_Pooling/config.json", "{not json")], None);
     assert!(broken.contains("1_Pooling/config.json"), "{broken}");
 }
