@@ -269,8 +269,8 @@ pub enum Method {
 
 impl Method {
     pub fn from_env() -> Result<Method> {
-        match std::env::var("KEN_QUERY_ADAPTER_FIT").ok().as_deref().map(str::trim) {
-            None | Some("") | Some("chosen") => Ok(Method::Chosen),
+        match crate::setting("KEN_QUERY_ADAPTER_FIT").as_deref().map(str::trim) {
+            None | Some("chosen") => Ok(Method::Chosen),
             Some("ridge") => Ok(Method::Ridge),
             Some(other) => anyhow::bail!("KEN_QUERY_ADAPTER_FIT must be `ridge` or `chosen`, not `{other}`"),
         }

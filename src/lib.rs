@@ -35,3 +35,9 @@ pub mod store;
 pub mod vectors;
 pub mod watch;
 pub mod watch_bench;
+
+/// The environment setting `name`; a blank one is unset (`KEN_X=` in a
+/// shell or a client's config turns a setting off, not to "").
+pub fn setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}

@@ -73,7 +73,7 @@ impl ModelSettings {
     /// for a model of one's own, what its folder says, then the
     /// [`SETTINGS_VARS`] (a blank one is unset).
     pub fn of(spec: &ModelSpec, dir: &Path) -> Result<ModelSettings> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let var = crate::setting;
         if !spec.is_own() {
             if let Some(name) = SETTINGS_VARS.into_iter().find(|name| var(name).is_some()) {
                 bail!(
@@ -288,9 +288,9 @@ pub fn builtin(name: &str) -> Result<&'static ModelSpec> {
 
 /// The model `KEN_MODEL` names (see [`named`]), else the default.
 pub fn chosen() -> Result<&'static ModelSpec> {
-    match std::env::var("KEN_MODEL") {
-        Ok(name) if !name.trim().is_empty() => named(name.trim()),
-        _ => Ok(BUILTIN[0]),
+    match crate::setting("KEN_MODEL") {
+        Some(name) => named(name.trim()),
+        None => Ok(BUILTIN[0]),
     }
 }
 
@@ -492,7 +492,7 @@ fn sha256_file(path: &Path) -> Result<String> {
 /// pinned revision, into a temporary name first.
 fn fetch_from_hub(spec: &ModelSpec, dir: &Path) -> Result<()> {
     crate::http::install_crypto_provider();
-    let endpoint = std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".to_string());
+    let endpoint = crate::setting("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".to_string());
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(600))

@@ -49,7 +49,7 @@ impl ProviderConfig {
     /// The provider configured by `KEN_EMBED_*` environment variables, if
     /// `KEN_EMBED_PROVIDER` is `openai` or `ollama`.
     pub fn from_env() -> Result<Option<ProviderConfig>> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let var = crate::setting;
         let kind = match var("KEN_EMBED_PROVIDER").as_deref() {
             None | Some("local") | Some("builtin") => return Ok(None),
             Some("openai") => ProviderKind::OpenAi,

@@ -427,17 +427,17 @@ impl Fusion {
     /// From `KEN_FUSION` (`convex` | `rrf`), `KEN_FUSION_WEIGHTS`
     /// (`lexical,semantic[,signature]`, default `1,1,1`) and `KEN_RRF_K` (default 60).
     pub fn from_env() -> Result<Fusion> {
-        Fusion::from_vars(|name| std::env::var(name).ok())
+        Fusion::from_vars(crate::setting)
     }
 
     /// Whether `KEN_FUSION_WEIGHTS` sets the weights (else each model's
     /// lexical weight applies).
     fn weights_set_in_env() -> bool {
-        fusion_var(|name| std::env::var(name).ok(), "KEN_FUSION_WEIGHTS").is_some()
+        crate::setting("KEN_FUSION_WEIGHTS").is_some()
     }
 
-    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Fusion> {
-        let var = |name: &str| fusion_var(&get, name);
+    /// The fusion that the settings `var` gives say.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Fusion> {
         let weights = match var("KEN_FUSION_WEIGHTS") {
             None => Weights::default(),
             Some(v) => parse_weights(&v).with_context(|| {
@@ -464,11 +464,6 @@ impl Fusion {
             Some(other) => bail!("KEN_FUSION must be `convex` or `rrf`, not `{other}`"),
         }
     }
-}
-
-/// A fusion setting from `get`; blank is unset.
-fn fusion_var(get: impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
-    get(name).filter(|v| !v.trim().is_empty())
 }
 
 /// `lexical,semantic[,signature]`: non-negative numbers, not all zero; the

@@ -48,11 +48,11 @@ pub enum Quantization {
 impl Quantization {
     /// From `KEN_VECTOR_QUANTIZATION` (f32, f16 or i8); f32 when unset.
     pub fn from_env() -> Result<Quantization> {
-        match std::env::var("KEN_VECTOR_QUANTIZATION").as_deref() {
-            Err(_) | Ok("") | Ok("f32") => Ok(Quantization::F32),
-            Ok("f16") => Ok(Quantization::F16),
-            Ok("i8") => Ok(Quantization::I8),
-            Ok(other) => anyhow::bail!("KEN_VECTOR_QUANTIZATION={other}: expected f32, f16 or i8"),
+        match crate::setting("KEN_VECTOR_QUANTIZATION").as_deref().map(str::trim) {
+            None | Some("f32") => Ok(Quantization::F32),
+            Some("f16") => Ok(Quantization::F16),
+            Some("i8") => Ok(Quantization::I8),
+            Some(other) => anyhow::bail!("KEN_VECTOR_QUANTIZATION={other}: expected f32, f16 or i8"),
         }
     }
 
