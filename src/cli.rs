@@ -26,7 +26,8 @@ use crate::store::{self, INDEX_DIR_NAME};
 )]
 struct Cli {
     /// Repository root (default: the nearest folder above the working directory
-    /// that has an index, else the working directory).
+    /// that has an index, else the top of its git work tree, else the working
+    /// directory).
     #[arg(long, global = true, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Keep the index here instead of `<root>/.ken`.
@@ -70,13 +71,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Serve MCP over stdio for coding agents (the root defaults to the working
-    /// directory); a watcher keeps the index fresh meanwhile.
-    Serve {
-        /// Do not watch the root (index only when asked, with index_codebase).
-        #[arg(long)]
-        no_watch: bool,
-    },
+    /// Serve MCP over stdio for coding agents; a watcher keeps the index fresh
+    /// meanwhile. The root is found as for every command (see --root), so a
+    /// server started in a subfolder serves the whole repository.
+    Serve(ServeArgs),
     /// Keep the index fresh: re-index what changes (saves, checkouts) until interrupted.
     Watch(WatchArgs),
     /// Compute the missing embeddings of the index (the second phase of `ken index`).
@@ -116,6 +114,28 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Do not watch the root (index only when asked, with index_codebase).
+    #[arg(long)]
+    no_watch: bool,
+    /// The tools to expose, comma-separated: presets (search, graph, index,
+    /// admin, kb), `default` (search,graph,index), `all`, tool names, or any of
+    /// them after `-` to leave it out (e.g. `default,kb,-find_similar`).
+    /// Default: `[serve] tools` of the settings file, else `default`.
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
+    tools: Vec<String>,
+    /// A folder clients may add as a knowledge base (with what is under it),
+    /// besides the roots they declare; repeatable. `[knowledge_bases] allow` of
+    /// the settings file adds more.
+    #[arg(long = "allow-kb", value_name = "DIR")]
+    allow_kb: Vec<PathBuf>,
+    /// Print the exposed tools and what each costs an agent's turn (characters
+    /// of name, description and input schema), then exit.
+    #[arg(long)]
+    list_tools: bool,
 }
 
 #[derive(Args, Debug)]
@@ -368,6 +388,7 @@ fn run(cli: Cli) -> Result<i32> {
                 ..IndexOptions::default()
             };
             let report = index::index(&root, &index_dir, &opts)?;
+            remember_embedding_choice(&index_dir, !args.no_embed)?;
             if !args.json && !args.quiet {
                 print_index_report(&report);
             }
@@ -510,18 +531,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Serve { no_watch } => {
-            let root = match &cli.root {
-                Some(r) => r
-                    .canonicalize()
-                    .with_context(|| format!("--root {}: no such directory", r.display()))?,
-                None => std::env::current_dir()?,
-            };
-            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            let watch = (!no_watch).then(crate::watch::WatchOptions::default);
-            crate::mcp::serve(root, index_dir, watch)?;
-            Ok(0)
-        }
+        Command::Serve(args) => serve(cli.root.as_deref(), cli.index_dir.as_deref(), args),
         Command::Watch(args) => {
             let root = writable_root(
                 args.path.as_deref(),
@@ -549,6 +559,7 @@ fn run(cli: Cli) -> Result<i32> {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal());
+            remember_embedding_choice(&index_dir, true)?;
             let report = semantic::embed_root(&root, &index_dir, &reporter)?;
             if !quiet {
                 println!("embedded {}", report.summary());
@@ -868,11 +879,51 @@ fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
             .with_context(|| format!("--root {}: no such directory", root.display()));
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    Ok(cwd
-        .ancestors()
-        .find(|d| d.join(INDEX_DIR_NAME).join("index.db").exists())
-        .unwrap_or(&cwd)
-        .to_path_buf())
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let indexed = cwd.ancestors().find(|d| store::has_index(&d.join(INDEX_DIR_NAME)));
+    Ok(match indexed {
+        Some(dir) => dir.to_path_buf(),
+        None => crate::git::work_tree_top(&cwd).unwrap_or(cwd),
+    })
+}
+
+/// Records whether the user wants this index embedded, so that servers and
+/// watchers started later respect `ken index --no-embed`.
+fn remember_embedding_choice(index_dir: &Path, embed: bool) -> Result<()> {
+    let store = store::Store::open_for_write(index_dir)?;
+    store.set_meta(crate::watch::EMBEDDINGS_OFF, if embed { "0" } else { "1" })
+}
+
+/// `ken serve`: the settings file and the flags, read once, then the server.
+fn serve(root: Option<&Path>, index_dir: Option<&Path>, args: ServeArgs) -> Result<i32> {
+    let settings = crate::config::load()?;
+    let tools = if args.tools.is_empty() {
+        settings.serve.tools.unwrap_or_default()
+    } else {
+        args.tools
+    };
+    if args.list_tools {
+        let router = crate::mcp::selected_tools(&tools)?;
+        let mut total = 0;
+        for tool in router.list_all() {
+            let size = crate::mcp::surface::model_facing_size(&tool);
+            total += size;
+            println!("{:<24} {size:>6}", tool.name);
+        }
+        println!("{:<24} {total:>6} characters", "total");
+        return Ok(0);
+    }
+    let root = resolve_root(root)?;
+    let index_dir = index_dir_of(index_dir, &root);
+    let mut allowed_kb_folders = args.allow_kb;
+    allowed_kb_folders.extend(settings.knowledge_bases.allow);
+    let opts = crate::mcp::ServeOptions {
+        tools,
+        allowed_kb_folders,
+        watch: (!args.no_watch).then(crate::watch::WatchOptions::for_server),
+    };
+    crate::mcp::serve(root, index_dir, opts)?;
+    Ok(0)
 }
 
 /// ANSI styling, only when writing to a terminal and NO_COLOR is unset.

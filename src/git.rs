@@ -41,6 +41,12 @@ impl Head {
     }
 }
 
+/// The top folder of the git work tree that `dir` is in (the nearest folder
+/// above with a `.git` directory or file), if any.
+pub fn work_tree_top(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().find(|d| d.join(".git").exists()).map(Path::to_path_buf)
+}
+
 /// Finds the git directory that governs `root` (searching upwards).
 pub fn find_git_dir(root: &Path) -> Option<PathBuf> {
     let mut dir = Some(root);

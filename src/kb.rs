@@ -55,6 +55,55 @@ fn save(project_index_dir: &Path, bases: &[KnowledgeBase]) -> Result<()> {
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Checks a folder an MCP client asks to add: it must be inside `permitted`
+/// (the roots the client declared and the folders the user allowed, all
+/// canonical) and be named without a symbolic link on the way, so an agent
+/// cannot widen what ken reads. `ken kb add` is the user's own act and is not
+/// checked so.
+pub fn check_client_may_add(folder: &Path, permitted: &[PathBuf], settings_file: Option<&Path>) -> Result<()> {
+    let mut walked = PathBuf::new();
+    for part in folder.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                walked.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => {
+                walked.push(other);
+                if walked.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+                    bail!(
+                        "refusing {}: {} is a symbolic link, and knowledge bases are never added through one over \
+                         MCP; give the folder's real path",
+                        folder.display(),
+                        walked.display()
+                    );
+                }
+            }
+        }
+    }
+    let canonical = walked
+        .canonicalize()
+        .with_context(|| format!("{}: no such folder", folder.display()))?;
+    if permitted.iter().any(|p| canonical.starts_with(p)) {
+        return Ok(());
+    }
+    let listed: Vec<String> = permitted.iter().map(|p| p.display().to_string()).collect();
+    let settings = settings_file.map_or("the settings file".to_string(), |f| f.display().to_string());
+    bail!(
+        "refusing {}: an MCP client may add knowledge bases only inside the roots it declares or the folders the \
+         user allowed ({}). To allow it, the user runs `ken kb add {}` themselves, lists it under \
+         [knowledge_bases] allow in {settings}, or starts the server with `ken serve --allow-kb {}`",
+        canonical.display(),
+        if listed.is_empty() {
+            "none".to_string()
+        } else {
+            listed.join(", ")
+        },
+        canonical.display(),
+        canonical.display()
+    )
+}
+
 /// Registers `folder` under `name` (default: the folder's name). Does not index it.
 pub fn add(project_root: &Path, project_index_dir: &Path, folder: &Path, name: Option<&str>) -> Result<KnowledgeBase> {
     let folder = allowed_folder(folder)?;

@@ -97,6 +97,11 @@ pub fn index_dir_for(root: &Path) -> PathBuf {
     root.join(INDEX_DIR_NAME)
 }
 
+/// Whether `dir` holds an index database (of any version).
+pub fn has_index(dir: &Path) -> bool {
+    dir.join(DB_FILE).exists()
+}
+
 pub struct Store {
     pub conn: Connection,
     pub dir: PathBuf,

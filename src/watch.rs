@@ -54,6 +54,9 @@ pub struct WatchOptions {
     pub poll_interval: Duration,
     /// One JSON line per event on stderr (for tools and tests) instead of log lines.
     pub json_events: bool,
+    /// How long after the start embedding may begin: a server that a client
+    /// starts only to check it (and closes within a second) loads no model.
+    pub embed_after: Duration,
 }
 
 impl Default for WatchOptions {
@@ -71,7 +74,58 @@ impl Default for WatchOptions {
             poll: std::env::var("KEN_WATCH_POLL").is_ok_and(|v| v == "1"),
             poll_interval: Duration::from_secs(2),
             json_events: false,
+            embed_after: Duration::ZERO,
         }
+    }
+}
+
+impl WatchOptions {
+    /// The watcher of `ken serve`: embeds only once the server has lived a while.
+    pub fn for_server() -> WatchOptions {
+        WatchOptions {
+            embed_after: SERVER_EMBED_AFTER,
+            ..WatchOptions::default()
+        }
+    }
+}
+
+/// Clients start a server to list its tools and close it within a second or
+/// two (`claude mcp list`, `opencode mcp list`); a session lives far longer.
+const SERVER_EMBED_AFTER: Duration = Duration::from_secs(5);
+
+/// How often a watcher that is not the index's embedder checks whether the
+/// one that is has gone.
+const EMBEDDER_RETRY: Duration = Duration::from_secs(5);
+
+/// The meta key that says the user turned embeddings off for this index
+/// (`ken index --no-embed`); `ken index` or `ken embed` turns them on again.
+pub const EMBEDDINGS_OFF: &str = "embeddings_off";
+
+/// Whether the user built this index without embeddings and wants it so.
+pub fn embeddings_off(store: &Store) -> bool {
+    store.meta(EMBEDDINGS_OFF).ok().flatten().is_some_and(|v| v == "1")
+}
+
+/// One background embedder per index: the process holding this lock embeds;
+/// other servers of the same index leave the work to it, and one of them
+/// takes over when it exits (the OS releases the lock with its process).
+pub struct EmbedderLock {
+    _file: std::fs::File,
+}
+
+impl EmbedderLock {
+    /// The lock, if no other process holds it.
+    pub fn try_take(index_dir: &Path) -> Option<EmbedderLock> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(index_dir.join("embedder.lock"))
+            .ok()?;
+        // SAFETY: flock on a file descriptor we own.
+        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        taken.then_some(EmbedderLock { _file: file })
     }
 }
 
@@ -82,6 +136,10 @@ pub struct WatchState {
     pub updates: AtomicU64,
     /// Paths noticed and not indexed yet.
     pub pending: AtomicU64,
+    /// Files done and to do in the index update under way (for "indexing
+    /// in progress" answers while the first one runs).
+    pub indexing_done: AtomicU64,
+    pub indexing_total: AtomicU64,
 }
 
 /// A watcher running on its own thread; stopped (and joined) on drop.
@@ -108,10 +166,17 @@ impl Drop for WatchHandle {
 
 /// Starts watching `root` on a background thread (for `ken serve`). Errors
 /// after the start are logged, never printed to stdout.
-pub fn spawn(root: PathBuf, index_dir: PathBuf, opts: WatchOptions) -> Result<WatchHandle> {
+pub fn spawn(root: PathBuf, index_dir: PathBuf, mut opts: WatchOptions) -> Result<WatchHandle> {
     check_root(&root, false)?;
     let stop = Arc::new(AtomicBool::new(false));
     let state = Arc::new(WatchState::default());
+    let progress = state.clone();
+    opts.index.reporter = opts.index.reporter.clone().with_sink(move |u| {
+        if u.phase == "indexing" {
+            progress.indexing_total.store(u.total, Ordering::SeqCst);
+            progress.indexing_done.store(u.done, Ordering::SeqCst);
+        }
+    });
     let (stop_c, state_c) = (stop.clone(), state.clone());
     let thread = std::thread::Builder::new().name("ken-watch".into()).spawn(move || {
         if let Err(e) = run(&root, &index_dir, &opts, &stop_c, &state_c) {
@@ -265,6 +330,10 @@ struct Watcher<'a> {
     commit: Option<String>,
     embedder: Option<Box<dyn Embedder>>,
     embed_pending: bool,
+    /// Held while this process is the index's background embedder.
+    embedder_lock: Option<EmbedderLock>,
+    /// Not before this instant may embedding start (or the lock be tried again).
+    embed_not_before: Instant,
     /// Warnings said, with when, so a repeating one is said once a minute at most.
     warned: std::collections::HashMap<String, Instant>,
 }
@@ -290,6 +359,8 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         commit: head.commit.clone(),
         embedder: None,
         embed_pending: opts.embed,
+        embedder_lock: None,
+        embed_not_before: Instant::now() + opts.embed_after,
         warned: Default::default(),
     };
     // Fresh from the start: whatever changed while nobody watched (retried
@@ -384,7 +455,7 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
             }
             continue;
         }
-        if w.embed_pending && events.waiting.load(Ordering::SeqCst) == 0 {
+        if w.embed_pending && events.waiting.load(Ordering::SeqCst) == 0 && w.may_embed() {
             let waiting = events.waiting.clone();
             let pause = move || waiting.load(Ordering::SeqCst) > 0 || stop.load(Ordering::SeqCst);
             if let Err(e) = w.embed_slice(&pause) {
@@ -560,6 +631,34 @@ impl Watcher<'_> {
                 )
             },
         );
+    }
+
+    /// Whether this watcher may embed now: the server has lived long enough,
+    /// the user did not turn embeddings off, and no other process embeds
+    /// this index.
+    fn may_embed(&mut self) -> bool {
+        if Instant::now() < self.embed_not_before {
+            return false;
+        }
+        if self.embedder_lock.is_some() {
+            return true;
+        }
+        if let Ok(store) = Store::open_for_read(self.index_dir) {
+            if embeddings_off(&store) {
+                self.embed_pending = false;
+                self.event(json!({"event": "embeddings_off"}), || {
+                    "not embedding: this index was built with --no-embed (`ken embed` computes the embeddings)"
+                        .to_string()
+                });
+                return false;
+            }
+        }
+        self.embedder_lock = EmbedderLock::try_take(self.index_dir);
+        if self.embedder_lock.is_none() {
+            self.embed_not_before = Instant::now() + EMBEDDER_RETRY;
+            tracing::debug!("another process embeds this index; checking again in {EMBEDDER_RETRY:?}");
+        }
+        self.embedder_lock.is_some()
     }
 
     /// Embeds until done or `pause`; the vectors are published at the end.

@@ -79,13 +79,30 @@ fn closing_stdin_ends_the_server_cleanly_and_stdout_holds_only_json_rpc() {
 struct RawServer {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    /// The answer to `initialize`.
+    init: serde_json::Value,
 }
 
 impl RawServer {
     fn start(root: &std::path::Path) -> RawServer {
+        let mut cmd = Command::new(ken_bin());
+        cmd.args(["--root", root.to_str().unwrap(), "serve"]);
+        RawServer::spawn(cmd)
+    }
+
+    /// `ken serve` as `cmd` says (arguments, working directory), initialised.
+    fn spawn(mut cmd: Command) -> RawServer {
+        RawServer::spawn_raw(&mut cmd).initialised()
+    }
+
+    /// `ken serve` as `cmd` says, not initialised yet.
+    fn spawn_raw(cmd: &mut Command) -> RawServer {
         use std::io::BufRead;
-        let mut child = Command::new(ken_bin())
-            .args(["--root", root.to_str().unwrap(), "serve"])
+        // The user's own settings file never changes what a test sees.
+        if !cmd.get_envs().any(|(k, _)| k == "KEN_CONFIG") {
+            cmd.env("KEN_CONFIG", "/nonexistent/ken-test-settings.toml");
+        }
+        let mut child = cmd
             .env("KEN_SHARED_CACHE", "0")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -103,14 +120,41 @@ impl RawServer {
                 }
             }
         });
-        let mut server = RawServer { child, lines };
+        RawServer {
+            child,
+            lines,
+            init: serde_json::Value::Null,
+        }
+    }
+
+    fn initialised(self) -> RawServer {
+        let mut server = self;
         server.send(
             serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
         );
-        server.wait_for(|m| m["id"] == 1);
+        server.init = server.wait_for(|m| m["id"] == 1)["result"].clone();
         server.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         server
+    }
+
+    /// The tool call's result (`result`, or the JSON-RPC `error`).
+    fn call_and_wait(&mut self, id: u64, tool: &str, args: serde_json::Value) -> serde_json::Value {
+        self.call(id, tool, args, serde_json::json!({}));
+        self.wait_for(|m| m["id"] == id)
+    }
+
+    /// Closes stdin and waits for the server to exit (within 20 s).
+    fn close(mut self) {
+        drop(self.child.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server exits when stdin closes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     fn send(&mut self, message: serde_json::Value) {
@@ -225,10 +269,309 @@ fn the_opencode_and_claude_code_configs_name_real_tools() {
         .iter()
         .map(|t| t.name.to_string())
         .collect();
+    // The folder's README names every tool there is.
+    let readme = std::fs::read_to_string(repo.join(".opencode/README.md")).unwrap();
+    for tool in &tools {
+        assert!(
+            readme.contains(&format!("`{tool}`")),
+            ".opencode/README.md misses {tool}"
+        );
+    }
     for command in ["search", "find", "call-graph", "index", "status"] {
         let text = std::fs::read_to_string(repo.join(format!(".opencode/command/{command}.md"))).unwrap();
         assert!(text.starts_with("---\ndescription: "), "{command}.md has a description");
         let named: Vec<&String> = tools.iter().filter(|t| text.contains(&format!("`{t}`"))).collect();
         assert!(!named.is_empty(), "{command}.md names a ken tool");
     }
+}
+
+/// A git repository with code at the top and under `src/`: `helpers.py` at
+/// the top defines `frobnicate_ledger_totals`.
+fn git_repo_with_subfolder(root: &std::path::Path) {
+    git(root, &["init", "-q", "-b", "main"]);
+    write(
+        root,
+        "helpers.py",
+        "def frobnicate_ledger_totals(entries):\n    return sum(e.amount for e in entries)\n",
+    );
+    write(
+        root,
+        "src/app.py",
+        "from helpers import frobnicate_ledger_totals\n\ndef report(entries):\n    return frobnicate_ledger_totals(entries)\n",
+    );
+    write_unrelated(root, "src/util", 20);
+    git(root, &["add", "."]);
+    git(
+        root,
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "-m",
+            "init",
+        ],
+    );
+}
+
+fn result_paths(answer: &serde_json::Value) -> Vec<String> {
+    answer["result"]["structuredContent"]["results"]
+        .as_array()
+        .map(|r| r.iter().map(|h| h["path"].as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_server_started_in_a_subfolder_serves_the_whole_indexed_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    git_repo_with_subfolder(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let mut cmd = Command::new(ken_bin());
+    cmd.arg("serve").current_dir(root.join("src"));
+    let mut server = RawServer::spawn(cmd);
+    let answer = server.call_and_wait(
+        2,
+        "codebase_search",
+        serde_json::json!({"query": "frobnicate_ledger_totals"}),
+    );
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let paths = result_paths(&answer);
+    assert_eq!(paths.first().map(String::as_str), Some("helpers.py"), "{answer}");
+    assert!(paths.iter().any(|p| p == "src/app.py"), "{paths:?}");
+    server.close();
+    assert!(!root.join("src/.ken").exists(), "no second index in the subfolder");
+}
+
+#[test]
+fn a_server_in_a_fresh_repository_indexes_its_top_and_answers_the_first_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    git_repo_with_subfolder(root);
+    // No index yet: the server's watcher builds it, at the work tree's top.
+    let mut cmd = Command::new(ken_bin());
+    cmd.arg("serve").current_dir(root.join("src"));
+    let mut server = RawServer::spawn(cmd);
+    let answer = server.call_and_wait(
+        2,
+        "codebase_search",
+        serde_json::json!({"query": "frobnicate_ledger_totals"}),
+    );
+    assert_eq!(
+        answer["result"]["isError"], false,
+        "the first search is not an error: {answer}"
+    );
+    let paths = result_paths(&answer);
+    assert_eq!(
+        paths.first().map(String::as_str),
+        Some("helpers.py"),
+        "it waited for the first lexical commit: {answer}"
+    );
+    server.close();
+    assert!(root.join(".ken/index.db").exists());
+    assert!(!root.join("src/.ken").exists(), "no index in the subfolder");
+}
+
+#[test]
+fn invalid_json_rpc_gets_a_prompt_error_with_an_id_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve", "--tools", "all"]);
+    let mut server = RawServer::spawn(cmd);
+    assert!(
+        server.init["capabilities"]["prompts"].is_object() && server.init["capabilities"]["tools"].is_object(),
+        "every capability served is declared: {}",
+        server.init
+    );
+    let started = std::time::Instant::now();
+    {
+        use std::io::Write;
+        let stdin = server.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "this is not json").unwrap();
+    }
+    let parse_error = server.wait_for(|m| m["error"]["code"] == -32700);
+    assert!(
+        parse_error.as_object().unwrap().contains_key("id") && parse_error["id"].is_null(),
+        "{parse_error}"
+    );
+    server.send(serde_json::json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"arguments": {}}}));
+    let no_name = server.wait_for(|m| m["id"] == 5);
+    assert_eq!(no_name["error"]["code"], -32602, "{no_name}");
+    server.send(serde_json::json!([{"jsonrpc": "2.0", "id": 6, "method": "ping"}]));
+    let batch = server.wait_for(|m| m["error"]["code"] == -32600);
+    assert!(batch["id"].is_null(), "{batch}");
+    // An unknown argument is an error the agent reads, at once, also under load.
+    for id in 10..40 {
+        server.call(
+            id,
+            "codebase_search",
+            serde_json::json!({"query": "render_template"}),
+            serde_json::json!({}),
+        );
+    }
+    let unknown = server.call_and_wait(7, "index_logs", serde_json::json!({"limit": 5, "verbosity": "high"}));
+    assert_eq!(unknown["result"]["isError"], true, "{unknown}");
+    let text = unknown["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("verbosity") && text.contains("limit"), "{text}");
+    let zero = server.call_and_wait(8, "codebase_search", serde_json::json!({"query": "x", "limit": 0}));
+    assert_eq!(
+        zero["result"]["isError"], true,
+        "limit 0 is an error, not one result: {zero}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let fine = server.call_and_wait(9, "codebase_search", serde_json::json!({"query": "render_template"}));
+    assert_eq!(fine["result"]["isError"], false, "{fine}");
+    server.close();
+}
+
+/// Characters of name, description and input schema per exposed tool: what
+/// an agent's every turn carries.
+fn listed_tools(server: &mut RawServer, id: u64) -> Vec<(String, usize)> {
+    server.send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+    let listed = server.wait_for(|m| m["id"] == id);
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let size = t["name"].as_str().unwrap().len()
+                + t["description"].as_str().unwrap_or_default().len()
+                + t["inputSchema"].to_string().len();
+            (t["name"].as_str().unwrap().to_string(), size)
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let serve = |extra: &[&str]| {
+        let mut cmd = Command::new(ken_bin());
+        cmd.args(["--root", root.to_str().unwrap(), "serve"]).args(extra);
+        RawServer::spawn(cmd)
+    };
+    let mut default = serve(&[]);
+    let tools = listed_tools(&mut default, 2);
+    let names: Vec<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
+    for needed in [
+        "codebase_search",
+        "codebase_peek",
+        "find_similar",
+        "call_graph",
+        "call_graph_path",
+        "index_status",
+    ] {
+        assert!(names.contains(&needed), "{needed} is served by default: {names:?}");
+    }
+    for admin in [
+        "index_logs",
+        "index_metrics",
+        "index_health_check",
+        "add_knowledge_base",
+    ] {
+        assert!(!names.contains(&admin), "{admin} is a preset away: {names:?}");
+    }
+    let total: usize = tools.iter().map(|(_, n)| n).sum();
+    assert!(
+        total < 6000,
+        "the default tools cost {total} characters a turn: {tools:?}"
+    );
+    let hidden = default.call_and_wait(3, "index_logs", serde_json::json!({}));
+    assert_eq!(
+        hidden["error"]["code"], -32602,
+        "a tool not served is not callable: {hidden}"
+    );
+    default.close();
+
+    let mut all = serve(&["--tools", "all"]);
+    assert_eq!(listed_tools(&mut all, 2).len(), 13);
+    all.close();
+    let mut some = serve(&["--tools", "search,kb,-find_similar"]);
+    let names: Vec<String> = listed_tools(&mut some, 2).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "add_knowledge_base",
+            "codebase_peek",
+            "codebase_search",
+            "list_knowledge_bases",
+            "remove_knowledge_base"
+        ]
+    );
+    some.close();
+
+    // The settings file chooses when no flag does; a bad one is a clear error.
+    let settings = root.join("settings.toml");
+    std::fs::write(&settings, "[serve]\ntools = [\"search\"]\n").unwrap();
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve"]);
+    let mut from_settings = RawServer::spawn_raw(cmd.env("KEN_CONFIG", &settings)).initialised();
+    assert_eq!(listed_tools(&mut from_settings, 2).len(), 3);
+    from_settings.close();
+    std::fs::write(&settings, "[serve]\ntool = [\"search\"]\n").unwrap();
+    let out = Command::new(ken_bin())
+        .args(["--root", root.to_str().unwrap(), "serve", "--list-tools"])
+        .env("KEN_CONFIG", &settings)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("settings.toml"),
+        "{out:?}"
+    );
+    let out = Command::new(ken_bin())
+        .args(["serve", "--tools", "search,frobnicate", "--list-tools"])
+        .env("KEN_CONFIG", "/nonexistent/ken.toml")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("frobnicate"), "{out:?}");
+}
+
+fn embedded_contents(root: &std::path::Path) -> u64 {
+    let status = ken_json(root, &["status", "--json"]);
+    status["embedded_contents"]
+        .as_u64()
+        .or_else(|| status["embeddings"].as_u64())
+        .unwrap_or_else(|| panic!("no embedding count in {status}"))
+}
+
+#[test]
+fn a_server_respects_no_embed_and_a_short_lived_one_starts_no_embedding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    write_unrelated(root, "pkg", 40);
+    // A health check's server: started, listed, closed within a second; the
+    // index it builds is lexical, and it loads no model.
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve"]);
+    let mut check = RawServer::spawn(cmd);
+    listed_tools(&mut check, 2);
+    let answer = check.call_and_wait(3, "codebase_search", serde_json::json!({"query": "render_template"}));
+    assert!(!result_paths(&answer).is_empty(), "{answer}");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    check.close();
+    assert_eq!(embedded_contents(root), 0, "a short-lived server embedded nothing");
+
+    // The user's --no-embed stands for a server that lives on.
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve"]);
+    let server = RawServer::spawn(cmd);
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    server.close();
+    assert_eq!(
+        embedded_contents(root),
+        0,
+        "an index built with --no-embed stays lexical"
+    );
 }

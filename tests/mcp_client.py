@@ -10,6 +10,7 @@ import tempfile
 
 import jsonschema
 
+import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
@@ -53,13 +54,36 @@ def structured(result):
     return json.loads(result.content[0].text)
 
 
+# The folders this client declares as its roots (MCP roots/list); the test adds some.
+ROOTS = [os.path.realpath(ROOT)]
+
+
+async def list_roots(context):
+    return types.ListRootsResult(roots=[types.Root(uri=f"file://{r}") for r in ROOTS])
+
+
+def check_lean(schema, where):
+    """Standard JSON Schema only: no schemars formats, no $schema, no null defaults."""
+    if isinstance(schema, dict):
+        check(schema.get("format") in (None, "date-time", "uri", "email", "uuid"), f"{where}: format {schema.get('format')}")
+        check("$schema" not in schema, f"{where}: $schema")
+        check(not ("default" in schema and schema["default"] is None), f"{where}: default null")
+        for key, value in schema.items():
+            check_lean(value, f"{where}.{key}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            check_lean(value, f"{where}[{i}]")
+
+
 async def main():
-    params = StdioServerParameters(command=KEN, args=["--root", ROOT, "serve"], env={"NO_COLOR": "1", "KEN_SHARED_CACHE": "0"})
+    params = StdioServerParameters(command=KEN, args=["--root", ROOT, "serve", "--tools", "all"], env={"NO_COLOR": "1", "KEN_SHARED_CACHE": "0", "KEN_CONFIG": os.path.join(ROOT, "no-settings.toml")})
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, list_roots_callback=list_roots) as session:
             init = await session.initialize()
             check(init.server_info.name == "ken", f"server name {init.server_info.name}")
             check(init.instructions and "codebase_search" in init.instructions, "instructions mention codebase_search")
+            check("prefix" in init.instructions, "instructions say how tool names read under a client's prefix")
+            check(init.capabilities.prompts is not None and init.capabilities.tools is not None, f"capabilities {init.capabilities}")
 
             prompts = {p.name: p for p in (await session.list_prompts()).prompts}
             check({"search", "find", "call-graph", "index", "status"} <= set(prompts), f"prompts: {sorted(prompts)}")
@@ -73,6 +97,10 @@ async def main():
             for name, tool in tools.items():
                 check(tool.input_schema.get("type") == "object", f"{name} input schema: {tool.input_schema}")
                 jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+                check_lean(tool.input_schema, f"{name} input")
+                check_lean(tool.output_schema, f"{name} output")
+                for prop, spec in tool.input_schema.get("properties", {}).items():
+                    check(not isinstance(spec.get("type"), list) and "anyOf" not in spec, f"{name}.{prop}: a plain type {spec}")
                 check(len(tool.description or "") > 40, f"{name} has a real description")
             for name in DATA_TOOLS:
                 schema = tools[name].output_schema
@@ -139,7 +167,10 @@ async def main():
                 ("index_health_check", {"repair": 3}, "repair"),
                 ("add_knowledge_base", {}, "path"),
                 ("remove_knowledge_base", {"name": 7}, ""),
-                ("no_such_tool", {"query": "x"}, "not found"),
+                ("no_such_tool", {"query": "x"}, "no_such_tool"),
+                ("codebase_search", {"query": "x", "max_results": 3}, "max_results"),
+                ("codebase_search", {"query": "x", "limit": 0}, "limit"),
+                ("find_similar", {"target": "x", "limit": 0}, "limit"),
             ]
             for name, args, needle in bad_calls:
                 await expect_error(session, name, args, needle)
@@ -212,7 +243,29 @@ async def main():
             for path in ["/", "/etc", os.path.expanduser("~"), os.path.expanduser("~/.ssh"), os.path.expanduser("~/.aws"), "/no/such/folder"]:
                 result = await session.call_tool("add_knowledge_base", {"path": path})
                 check(result.is_error, f"add_knowledge_base {path} must be refused: {result}")
+            # A client cannot widen what ken reads: a folder outside its roots, or one
+            # reached through a symlink inside the project, is refused and never searched.
+            with tempfile.TemporaryDirectory() as outside:
+                with open(os.path.join(outside, "secret.txt"), "w") as f:
+                    f.write("the vault passphrase is quokka-lighthouse-4471\n")
+                result = await session.call_tool("add_knowledge_base", {"path": outside, "name": "outside"})
+                check(result.is_error and "roots" in result.content[0].text and "--allow-kb" in result.content[0].text, f"outside the roots: {result}")
+                link = os.path.join(ROOT, "linked_outside")
+                os.symlink(outside, link)
+                try:
+                    ROOTS.append(os.path.realpath(outside))
+                    result = await session.call_tool("add_knowledge_base", {"path": "linked_outside", "name": "linked"})
+                    check(result.is_error and "symbolic link" in result.content[0].text, f"through a symlink: {result}")
+                    ROOTS.pop()
+                finally:
+                    os.remove(link)
+                listed = structured(await session.call_tool("list_knowledge_bases", {}))
+                check(listed["knowledge_bases"] == [], f"nothing was added: {listed}")
+                for tool in ("codebase_search", "codebase_peek"):
+                    out = structured(await session.call_tool(tool, {"query": "vault passphrase quokka lighthouse", "mode": "lexical"}))
+                    check(all(r["base"] == "project" and "quokka" not in r.get("code", "") for r in out["results"]), f"{tool}: {out}")
             with tempfile.TemporaryDirectory() as docs:
+                ROOTS.append(os.path.realpath(docs))
                 with open(os.path.join(docs, "guide.md"), "w") as f:
                     f.write("# Deployment guide\n\nRotate the signing keys of the frobnicator every quarter.\n")
                 added = structured(await session.call_tool("add_knowledge_base", {"path": docs, "name": "docs"}))

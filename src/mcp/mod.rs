@@ -11,13 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rmcp::handler::server::tool::schema_for_output;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{schema_for_output, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, PromptMessage, Role};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, PromptMessage, Role, ServerCapabilities, ServerConfig,
+};
 use rmcp::service::RequestContext;
 use rmcp::{
-    prompt, prompt_handler, prompt_router, schemars, tool, tool_handler, tool_router, ErrorData, RoleServer,
-    ServerHandler, ServiceExt,
+    prompt, prompt_handler, prompt_router, schemars, tool, tool_router, ErrorData, RoleServer, ServerHandler,
+    ServiceExt,
 };
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +33,9 @@ use crate::progress::Reporter;
 use crate::search::{SearchMode, SearchRequest, Searcher};
 use crate::semantic::EmbedReport;
 use crate::status::Status;
+
+mod stdio;
+pub mod surface;
 
 /// Tool arguments whose errors name the argument at fault
 /// (`argument \`limit\`: invalid type: string "ten", expected usize`).
@@ -73,44 +80,87 @@ impl<T: schemars::JsonSchema> schemars::JsonSchema for Args<T> {
 pub struct SearchArgs {
     /// What to look for: a question, keywords, or an identifier.
     pub query: String,
-    /// Maximum number of results (default 10).
+    /// How many results (default 10).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
     pub limit: Option<usize>,
     /// hybrid (default), semantic or lexical.
     #[serde(default)]
     pub mode: Option<SearchMode>,
-    /// Only paths matching this glob (e.g. `src/**/*.rs`) or under this folder.
+    /// Only paths matching this glob (`src/**/*.rs`) or under this folder.
     #[serde(default)]
     pub path: Option<String>,
-    /// Only this language (e.g. rust, python, typescript).
+    /// Only this language (rust, python, typescript...).
     #[serde(default)]
     pub language: Option<String>,
-    /// Only this chunk kind (function, method, class, struct, module, section...).
+    /// Only this chunk kind (function, method, class, struct, section...).
     #[serde(default)]
     pub kind: Option<String>,
-    /// At most this many results from one file (1 lists files); by default a file's further results rank a little lower.
+    /// At most this many results per file (1 lists files).
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub max_per_file: Option<usize>,
-    /// Pack the best results into about this many tokens of code instead of a fixed count.
+    /// Fill about this many tokens of code instead of a fixed count.
     #[serde(default)]
     pub token_budget: Option<usize>,
-    /// Only this base: `project`, or a knowledge base's name (default: all of them).
+    /// Only `project` or one knowledge base (default: all).
     #[serde(default)]
     pub base: Option<String>,
-    /// Also say why each result ranks where it does (each side's score and every factor).
+    /// Say why each result ranks where it does.
     #[serde(default)]
     pub explain: Option<bool>,
 }
 
+/// codebase_peek takes the filters of a search; what shapes code it does not return is left out.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PeekArgs {
+    /// What to look for: a question, keywords, or an identifier.
+    pub query: String,
+    /// How many results (default 10).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: Option<usize>,
+    /// hybrid (default), semantic or lexical.
+    #[serde(default)]
+    pub mode: Option<SearchMode>,
+    /// Only paths matching this glob (`src/**/*.rs`) or under this folder.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only this language (rust, python, typescript...).
+    #[serde(default)]
+    pub language: Option<String>,
+    /// At most this many results per file (1 lists files).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_per_file: Option<usize>,
+}
+
+impl From<PeekArgs> for SearchArgs {
+    fn from(p: PeekArgs) -> SearchArgs {
+        SearchArgs {
+            query: p.query,
+            limit: p.limit,
+            mode: p.mode,
+            path: p.path,
+            language: p.language,
+            kind: None,
+            max_per_file: p.max_per_file,
+            token_budget: None,
+            base: None,
+            explain: None,
+        }
+    }
+}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SimilarArgs {
-    /// A code snippet, or `path:line` of a chunk in the index.
+    /// A code snippet, or `path:line` of an indexed chunk.
     pub target: String,
-    /// Maximum number of results (default 10).
+    /// How many results (default 10).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
     pub limit: Option<usize>,
-    /// Keep results from the file the chunk comes from.
+    /// Keep results from the target's own file.
     #[serde(default)]
     pub include_source_file: Option<bool>,
 }
@@ -127,6 +177,7 @@ pub struct CallGraphArgs {
     pub direction: Option<crate::graph::query::Direction>,
     /// How many call levels to follow (default 1).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 10))]
     pub depth: Option<usize>,
 }
 
@@ -153,8 +204,7 @@ pub struct IndexArgs {
     /// Only count the files that would be indexed.
     #[serde(default)]
     pub estimate_only: Option<bool>,
-    /// Also wait for the embeddings (default: they are computed in the background
-    /// after the call returns; search is lexical-only for new code meanwhile).
+    /// Also wait for the embeddings (default: computed in the background).
     #[serde(default)]
     pub wait_for_embeddings: Option<bool>,
 }
@@ -210,6 +260,9 @@ pub struct Hit {
     pub kind: String,
     pub symbol: Option<String>,
     pub language: String,
+    /// Ranks the list (higher first). Its scale depends on the mode: BM25 evidence in lexical,
+    /// cosine similarity in semantic and find_similar, both fused in hybrid; compare scores
+    /// within one list only.
     pub score: f64,
     /// The chunk's code (omitted by codebase_peek).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -432,6 +485,77 @@ pub struct KenServer {
     jobs: Arc<Jobs>,
     /// The watcher of this server, if it runs one.
     watch: Option<Arc<crate::watch::WatchState>>,
+    /// The tools this server exposes (`--tools`), with lean schemas.
+    tools: Arc<ToolRouter<KenServer>>,
+    /// Folders the user allowed clients to add as knowledge bases, canonical.
+    allowed_kb_folders: Arc<Vec<PathBuf>>,
+    /// There was no index when the server started: its watcher builds the first.
+    first_index: bool,
+}
+
+/// How long a search waits for the watcher's first lexical commit.
+const FIRST_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How `ken serve` runs; the CLI reads every setting once into this.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Tool presets and names (see [`surface::select`]); empty is the default set.
+    pub tools: Vec<String>,
+    /// Folders (with what is under them) that clients may add as knowledge
+    /// bases besides the roots they declare.
+    pub allowed_kb_folders: Vec<PathBuf>,
+    /// Keep the index fresh with a watcher meanwhile.
+    pub watch: Option<crate::watch::WatchOptions>,
+}
+
+/// Every tool ken has, with its schemas made standard and lean.
+fn all_tools() -> ToolRouter<KenServer> {
+    let mut router = KenServer::tool_router();
+    for route in router.map.values_mut() {
+        route.attr.input_schema = Arc::new(surface::lean_input(&route.attr.input_schema));
+        if let Some(output) = &route.attr.output_schema {
+            route.attr.output_schema = Some(Arc::new(surface::lean_output(output)));
+        }
+    }
+    router
+}
+
+/// The tools `spec` selects (see [`surface::select`]).
+pub fn selected_tools(spec: &[String]) -> anyhow::Result<ToolRouter<KenServer>> {
+    let mut router = all_tools();
+    let names: Vec<String> = router.map.keys().map(|k| k.to_string()).collect();
+    let chosen = surface::select(spec, &names)?;
+    for name in names.iter().filter(|n| !chosen.contains(*n)) {
+        router.remove_route(name);
+    }
+    Ok(router)
+}
+
+/// Arguments a tool does not take, as the error an agent can correct itself by.
+fn unknown_arguments(
+    tool: &rmcp::model::Tool,
+    arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Option<String> {
+    let known = tool.input_schema.get("properties").and_then(|p| p.as_object());
+    let unknown: Vec<&String> = arguments?
+        .keys()
+        .filter(|k| !known.is_some_and(|p| p.contains_key(k.as_str())))
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let takes: Vec<&String> = known.map(|p| p.keys().collect()).unwrap_or_default();
+    let names: Vec<String> = unknown.iter().map(|k| format!("`{k}`")).collect();
+    Some(format!(
+        "{} takes no argument {}; it takes: {}",
+        tool.name,
+        names.join(", "),
+        if takes.is_empty() {
+            "none".to_string()
+        } else {
+            takes.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+        }
+    ))
 }
 
 fn tool_error(message: impl Into<String>) -> CallToolResult {
@@ -454,15 +578,65 @@ fn data_result<T: Serialize>(outcome: anyhow::Result<T>) -> Result<CallToolResul
 }
 
 impl KenServer {
-    pub fn new(root: PathBuf, index_dir: PathBuf) -> KenServer {
+    pub fn new(
+        root: PathBuf,
+        index_dir: PathBuf,
+        tools: ToolRouter<KenServer>,
+        allowed_kb_folders: Vec<PathBuf>,
+    ) -> KenServer {
         KenServer {
             root,
-            index_dir,
             pool: Arc::default(),
             metrics: Arc::default(),
             jobs: Arc::default(),
             watch: None,
+            tools: Arc::new(tools),
+            allowed_kb_folders: Arc::new(allowed_kb_folders),
+            first_index: !crate::store::has_index(&index_dir),
+            index_dir,
         }
+    }
+
+    /// What the agent reads at initialisation: what ken is for and when to
+    /// use each exposed tool instead of grep or reading files.
+    fn instructions(&self) -> String {
+        let mut text = String::from(
+            "ken indexes this repository (tree-sitter chunks, BM25, embeddings, a call graph) and keeps the index \
+fresh as files change. Tools are named here as ken names them; your client may show them with a prefix (e.g. \
+ken_codebase_search or mcp__ken__codebase_search). Use codebase_search instead of grep or reading many files to \
+find where something is implemented, how it works, or a symbol's definition: it takes identifiers (parse_config \
+finds its definition first) and questions (\"where is the JWT expiry checked?\") and returns the ranked \
+functions with their code.",
+        );
+        let uses = [
+            (
+                "codebase_peek",
+                "codebase_peek gives locations only, for cheap orientation",
+            ),
+            ("find_similar", "find_similar finds code like a snippet or a path:line"),
+            ("call_graph", "call_graph gives callers and callees"),
+            (
+                "call_graph_path",
+                "call_graph_path shows how one symbol reaches another",
+            ),
+            ("index_status", "index_status says what the index reflects"),
+            ("index_codebase", "index_codebase refreshes it after large changes"),
+            (
+                "add_knowledge_base",
+                "add_knowledge_base makes documentation or another repository searchable",
+            ),
+        ];
+        let exposed: Vec<&str> = uses
+            .iter()
+            .filter(|(tool, _)| self.tools.has_route(tool))
+            .map(|(_, use_)| *use_)
+            .collect();
+        if !exposed.is_empty() {
+            text.push(' ');
+            text.push_str(&exposed.join("; "));
+            text.push('.');
+        }
+        text
     }
 
     /// Records a finished tool call in the metrics and the log.
@@ -515,8 +689,11 @@ impl KenServer {
     fn start_background_embedding(&self) {
         self.jobs.stop_embedding();
         let mut targets = Vec::new();
-        // A watcher embeds the project itself, between its updates.
-        if self.watch.is_none() {
+        // A watcher embeds the project itself, between its updates; an index
+        // built with --no-embed stays so.
+        let project_off =
+            crate::store::Store::open_for_read(&self.index_dir).is_ok_and(|store| crate::watch::embeddings_off(&store));
+        if self.watch.is_none() && !project_off {
             targets.push((PROJECT.to_string(), self.root.clone(), self.index_dir.clone()));
         }
         for base in self.knowledge_bases() {
@@ -531,6 +708,10 @@ impl KenServer {
                 if reporter.is_cancelled() {
                     break;
                 }
+                let Some(_embedder) = crate::watch::EmbedderLock::try_take(&dir) else {
+                    tracing::info!("embedding {name}: another process is embedding it");
+                    continue;
+                };
                 match crate::semantic::embed_root(&root, &dir, &reporter) {
                     Ok(r) => {
                         metrics.embedded(r.embedded, r.reused, r.from_shared_cache);
@@ -547,6 +728,37 @@ impl KenServer {
             }
         });
         *self.jobs.embedding.lock().unwrap_or_else(|e| e.into_inner()) = Some(BackgroundEmbedding { cancel, thread });
+    }
+}
+
+/// The folders the client declares as its roots (MCP `roots/list`), canonical;
+/// none when it declares no roots capability or does not answer in time.
+// Roots are deprecated by a draft (SEP-2577) but are what today's clients
+// (the Python SDK, Claude Code, VS Code) declare their workspace with.
+#[allow(deprecated)]
+async fn client_roots(ctx: &RequestContext<RoleServer>) -> Vec<PathBuf> {
+    let declares = ctx
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.roots.is_some());
+    if !declares {
+        return Vec::new();
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(5), ctx.peer.list_roots()).await {
+        Ok(Ok(listed)) => listed
+            .roots
+            .iter()
+            .filter_map(|root| url::Url::parse(&root.uri).ok()?.to_file_path().ok())
+            .filter_map(|path| path.canonicalize().ok())
+            .collect(),
+        Ok(Err(e)) => {
+            tracing::warn!("the client's roots/list failed: {e}");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::warn!("the client did not answer roots/list within 5 s");
+            Vec::new()
+        }
     }
 }
 
@@ -592,6 +804,14 @@ fn call_reporter(ctx: &RequestContext<RoleServer>) -> (Reporter, tokio::task::Jo
         });
     }
     (reporter, watcher)
+}
+
+/// A tool's `limit`: 10 by default, 1 to 100 (0 is an error, not one result).
+fn result_limit(limit: Option<usize>) -> Result<usize, String> {
+    match limit.unwrap_or(10) {
+        n @ 1..=100 => Ok(n),
+        n => Err(format!("`limit` is {n}: ask for 1 to 100 results")),
+    }
 }
 
 fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget: Option<usize>) -> Vec<Hit> {
@@ -660,9 +880,9 @@ fn confine_target(root: &Path, target: &str) -> Result<String, String> {
 #[tool_router]
 impl KenServer {
     #[tool(
-        description = "Search the indexed codebase (and registered knowledge bases) by meaning, keywords or \
-identifier. Prefer this over grep to find where something is implemented, how a feature works, or a symbol's \
-definition: one call returns the ranked functions with their code. Returns path, lines, kind, symbol, code.",
+        description = "Search the codebase (and knowledge bases) by meaning, keywords or identifier. Use it \
+instead of grep or reading files to find where something is implemented, how a feature works, or a symbol's \
+definition: one call returns the ranked functions with their code.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<SearchOutput>()
     )]
@@ -676,24 +896,23 @@ definition: one call returns the ranked functions with their code. Returns path,
     }
 
     #[tool(
-        description = "Like codebase_search but returns only locations and symbols (no code): cheap orientation \
-before reading files, e.g. to see which files handle a feature.",
+        description = "codebase_search without the code: locations and symbols only, for cheap orientation \
+(which files handle a feature?).",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<SearchOutput>()
     )]
     async fn codebase_peek(
         &self,
-        Parameters(Args(args)): Parameters<Args<SearchArgs>>,
+        Parameters(Args(args)): Parameters<Args<PeekArgs>>,
     ) -> Result<CallToolResult, ErrorData> {
         let started = Instant::now();
-        let result = self.search_tool(args, false).await;
+        let result = self.search_tool(args.into(), false).await;
         self.finish("codebase_peek", started, result)
     }
 
     #[tool(
-        description = "Find project code similar in meaning to a snippet, or to the chunk at `path:line` (its own \
-file is left out unless include_source_file). Use it to find duplicates or other implementations of a pattern, \
-which grep cannot.",
+        description = "Project code similar in meaning to a snippet or to the chunk at `path:line`: duplicates \
+and other implementations of a pattern, which grep cannot find.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<SearchOutput>()
     )]
@@ -707,9 +926,8 @@ which grep cannot.",
     }
 
     #[tool(
-        description = "What the index holds and reflects: files, chunks, languages, embedding coverage and model, \
-branch and HEAD, last indexed time, index size, runs under way, knowledge bases. Check it when results look \
-stale or incomplete.",
+        description = "What the index holds and reflects (files, languages, embedding coverage, branch, HEAD, \
+when indexed, runs under way). Check it when results look stale or incomplete.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<ServerStatus>()
     )]
@@ -721,10 +939,8 @@ stale or incomplete.",
     }
 
     #[tool(
-        description = "Index or refresh the index of the codebase and its knowledge bases (only changed files are \
-re-parsed). Sends progress notifications and stops when cancelled, keeping what it committed. Embeddings of new \
-code are computed in the background afterwards unless wait_for_embeddings. estimate_only counts the files without \
-indexing. Searches keep working meanwhile.",
+        description = "Refresh the index (only changed files are re-parsed; a watcher usually does this itself). \
+Reports progress, stops when cancelled keeping what it committed; searches work meanwhile.",
         output_schema = schema_for_output::<IndexOutcome>()
     )]
     async fn index_codebase(
@@ -799,9 +1015,8 @@ filter by level and category. Use it to find out why results are missing or an i
     }
 
     #[tool(
-        description = "Add a folder (documentation, another repository) as a knowledge base: it is indexed now and \
-searched together with the project by codebase_search (results name their base). System and secret folders \
-(/, /etc, the home directory, ~/.ssh, ~/.aws...) are refused.",
+        description = "Add a folder (documentation, another repository) as a knowledge base, indexed now and \
+searched with the project. Only folders inside the client's roots or allowed by the user are accepted.",
         output_schema = schema_for_output::<KnowledgeBaseAdded>()
     )]
     async fn add_knowledge_base(
@@ -864,12 +1079,10 @@ folder itself is never touched).",
     }
 
     #[tool(
-        description = "Who calls a symbol, or what it calls, from ken's code graph (definitions, calls, method \
-calls, constructors, inheritance and imports resolved by scope, imports and receiver). Use it instead of grep for \
-\"who calls X?\", \"what does X call?\" or before changing a function's signature: it skips comments, strings \
-and same-named functions elsewhere. symbol: a name (`parse`, `Parser.parse`), `path:line` or a symbol id; an \
-ambiguous name returns the candidates to choose from. Each edge has the call site (path:line), kind and \
-confidence (receiver, local, import, package, unique, ambiguous).",
+        description = "Who calls a symbol, or what it calls, from ken's code graph (calls resolved by scope, \
+imports and receiver). Use it instead of grep for \"who calls X?\" or before changing a signature: it skips \
+comments, strings and same-named functions elsewhere. Edges give the call site and a confidence; an ambiguous \
+name returns candidates.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<crate::graph::query::CallGraph>()
     )]
@@ -892,9 +1105,8 @@ confidence (receiver, local, import, package, unique, ambiguous).",
     }
 
     #[tool(
-        description = "The shortest chain of calls from one symbol to another (how does A reach B?), from ken's \
-code graph. from/to: a name, `path:line` or symbol id. Returns the calls in order with call sites, or no edges \
-when there is no path within 12 calls.",
+        description = "The shortest chain of calls from one symbol to another (how does A reach B?), with call \
+sites; no edges when none within 12 calls.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<crate::graph::query::CallPath>()
     )]
@@ -926,11 +1138,22 @@ impl KenServer {
                 crate::search::MAX_PER_FILE_AT_LEAST_ONE
             )));
         }
+        let limit = match result_limit(args.limit) {
+            Ok(limit) => limit,
+            Err(why) => return Ok(tool_error(why)),
+        };
+        if let Some(indexing) = self.wait_for_first_index().await {
+            return json_result(&SearchOutput {
+                results: Vec::new(),
+                notice: Some(indexing),
+                index: None,
+            });
+        }
         let token_budget = args.token_budget;
         let only = args.base.clone();
         let req = SearchRequest {
             query: args.query,
-            limit: args.limit.unwrap_or(10).clamp(1, 100),
+            limit,
             path_glob: args.path,
             language: args.language,
             kind: args.kind,
@@ -958,6 +1181,30 @@ impl KenServer {
             notice: (!notices.is_empty()).then(|| notices.join("; ")),
             index: Some(index),
         })
+    }
+
+    /// While this server's watcher builds a repository's first index, a search
+    /// waits for its lexical commit (a few seconds at most); past that, the
+    /// answer is that indexing is under way, with counts, not an error.
+    async fn wait_for_first_index(&self) -> Option<String> {
+        let watch = self.watch.as_ref().filter(|_| self.first_index)?;
+        let deadline = Instant::now() + FIRST_INDEX_WAIT;
+        while watch.updates.load(Ordering::SeqCst) == 0 {
+            if Instant::now() >= deadline {
+                let done = watch.indexing_done.load(Ordering::SeqCst);
+                let total = watch.indexing_total.load(Ordering::SeqCst);
+                let counts = match total {
+                    0 => "finding the files".to_string(),
+                    total => format!("{done} of {total} files so far"),
+                };
+                return Some(format!(
+                    "ken is building this repository's first index ({counts}); no results yet: search again in a \
+                     few seconds"
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        None
     }
 
     /// Searches the project and the knowledge bases with pooled searchers.
@@ -1006,7 +1253,10 @@ impl KenServer {
     }
 
     async fn similar_tool(&self, args: SimilarArgs) -> Result<CallToolResult, ErrorData> {
-        let limit = args.limit.unwrap_or(10).clamp(1, 100);
+        let limit = match result_limit(args.limit) {
+            Ok(limit) => limit,
+            Err(why) => return Ok(tool_error(why)),
+        };
         let include = args.include_source_file.unwrap_or(false);
         let target = match confine_target(&self.root, &args.target) {
             Ok(t) => t,
@@ -1190,8 +1440,14 @@ impl KenServer {
             Ok(g) => g,
             Err(why) => return Ok(tool_error(why)),
         };
-        let (reporter, watcher) = call_reporter(&ctx);
         let folder = self.root.join(&args.path);
+        let mut permitted = client_roots(&ctx).await;
+        permitted.extend(self.allowed_kb_folders.iter().cloned());
+        let settings = crate::config::path();
+        if let Err(why) = kb::check_client_may_add(&folder, &permitted, settings.as_deref()) {
+            return Ok(tool_error(format!("{why:#}")));
+        }
+        let (reporter, watcher) = call_reporter(&ctx);
         let started = Instant::now();
         let server = self.clone();
         let outcome = blocking(move || -> anyhow::Result<KnowledgeBaseAdded> {
@@ -1332,52 +1588,96 @@ impl KenServer {
     }
 }
 
-/// The `instructions` sent at initialisation tell the agent what ken is for.
+/// Tools come from the server's own router (the exposed set, lean schemas);
+/// every capability served is declared, so clients ask for the prompts.
 #[prompt_handler(router = Self::prompt_router())]
-#[tool_handler(
-    router = Self::tool_router(),
-    name = "ken",
-    instructions = "ken indexes this codebase (tree-sitter chunks, BM25 and embeddings, kept on disk) and answers \
-code questions in milliseconds. Use codebase_search instead of grep or reading many files when you look for where \
-something is implemented or how it works, or for a symbol's definition: it understands identifiers (parse_config \
-finds the definition first) and plain-language questions (\"where is the JWT expiry checked?\"), and returns the \
-functions with their code. Use codebase_peek for cheap orientation (locations only), find_similar for code like a \
-snippet or a path:line, call_graph for callers and callees, call_graph_path for how one symbol reaches another, index_status to see what the index reflects, and \
-index_codebase after large changes. add_knowledge_base makes documentation or another repository searchable too."
-)]
-impl ServerHandler for KenServer {}
+impl ServerHandler for KenServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_prompts().build())
+            .with_server_info(rmcp::model::Implementation::new("ken", env!("CARGO_PKG_VERSION")))
+            .with_instructions(self.instructions())
+    }
 
-/// Serves MCP on stdin/stdout until the client closes stdin; with `watch`,
-/// a watcher keeps the index fresh meanwhile.
-pub fn serve(root: PathBuf, index_dir: PathBuf, watch: Option<crate::watch::WatchOptions>) -> anyhow::Result<()> {
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult {
+            tools: self.tools.list_all(),
+            ..ListToolsResult::default()
+        })
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.tools.get(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.tools.get(&request.name) else {
+            let names: Vec<String> = self.tools.list_all().into_iter().map(|t| t.name.to_string()).collect();
+            return Err(ErrorData::invalid_params(
+                format!("no tool named `{}`; this server has {}", request.name, names.join(", ")),
+                None,
+            ));
+        };
+        // Unknown arguments are input errors the agent reads and corrects
+        // (MCP 2025-11-25: input validation errors are tool errors).
+        if let Some(why) = unknown_arguments(tool, request.arguments.as_ref()) {
+            return Ok(tool_error(why).into());
+        }
+        self.tools.call(ToolCallContext::new(self, request, context)).await
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes stdin; with a
+/// watcher, the index stays fresh meanwhile.
+pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::Result<()> {
+    let tools = selected_tools(&opts.tools)?;
     let log = log_path(&index_dir);
     if let Err(e) = crate::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());
     }
     tracing::info!(
-        "serving {} over MCP stdio (index {})",
+        "serving {} over MCP stdio (index {}, {} tools)",
         root.display(),
-        index_dir.display()
+        index_dir.display(),
+        tools.map.len()
     );
     // The watcher logs to stderr and the log file only; it stops when dropped.
-    let watcher = watch.and_then(|opts| {
-        crate::watch::spawn(root.clone(), index_dir.clone(), opts)
+    let watcher = opts.watch.and_then(|watch| {
+        crate::watch::spawn(root.clone(), index_dir.clone(), watch)
             .map_err(|e| tracing::warn!("not watching {}: {e:#}", root.display()))
             .ok()
     });
-    let mut server = KenServer::new(root, index_dir);
+    let allowed = opts
+        .allowed_kb_folders
+        .iter()
+        .filter_map(|f| match f.canonicalize() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!("the allowed knowledge-base folder {} is ignored: {e}", f.display());
+                None
+            }
+        })
+        .collect();
+    let mut server = KenServer::new(root, index_dir, tools, allowed);
     server.watch = watcher.as_ref().map(|w| w.state());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(async move {
+        let front = stdio::checked_stdio();
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve((front.reader, front.writer))
             .await
             .map_err(|e| anyhow::anyhow!("starting the MCP server: {e}"))?;
-        service
-            .waiting()
-            .await
-            .map_err(|e| anyhow::anyhow!("MCP server: {e}"))?;
-        Ok(())
+        let waited = service.waiting().await.map_err(|e| anyhow::anyhow!("MCP server: {e}"));
+        // Every answer written reaches stdout before the process ends.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), front.stdout_done).await;
+        waited.map(|_| ())
     });
     tracing::info!("the client closed the connection; stopping");
     // Work still running (an index run, embeddings) commits in batches: stopping it loses nothing.
@@ -1386,11 +1686,10 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, watch: Option<crate::watch::Watc
     served
 }
 
-/// Every tool's definition as served (name, description, schemas, annotations).
+/// Every tool's definition as served with `--tools all` (name, description,
+/// lean schemas, annotations), by name.
 pub fn tool_definitions() -> Vec<rmcp::model::Tool> {
-    let mut tools = KenServer::tool_router().list_all();
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
-    tools
+    all_tools().list_all()
 }
 
 /// The JSON Schema files of the tools' inputs and outputs: (file name, text).
