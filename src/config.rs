@@ -74,3 +74,10 @@ pub fn expand_home(path: &Path) -> PathBuf {
         _ => path.to_path_buf(),
     }
 }
+
+/// Whether files that look like secrets are indexed anyway (`KEN_INDEX_SECRETS=1`):
+/// by default they are skipped, so never searched nor sent to a provider.
+pub fn include_secrets() -> bool {
+    static INCLUDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INCLUDE.get_or_init(|| crate::setting("KEN_INDEX_SECRETS").is_some_and(|v| v == "1"))
+}

@@ -126,6 +126,9 @@ pub enum SkipReason {
     Minified,
     Generated,
     Unreadable,
+    /// A private key, a credentials file, or text holding a known token
+    /// format: never indexed, so never sent to an embedding provider.
+    Secret,
 }
 
 impl SkipReason {
@@ -139,6 +142,7 @@ impl SkipReason {
             SkipReason::Minified => "minified",
             SkipReason::Generated => "generated",
             SkipReason::Unreadable => "unreadable",
+            SkipReason::Secret => "secrets",
         }
     }
 }
@@ -343,6 +347,9 @@ fn visit(root: &Path, entry: &ignore::DirEntry, opts: &DiscoverOptions, out: &mu
         return skip(out, SkipReason::Generated);
     }
     let lower = name.to_ascii_lowercase();
+    if is_secret_name(&lower) && !crate::config::include_secrets() {
+        return skip(out, SkipReason::Secret);
+    }
     if NON_SOURCE_SUFFIXES.iter().any(|s| lower.ends_with(s)) || LICENSE_PREFIXES.iter().any(|p| lower.starts_with(p)) {
         return skip(out, SkipReason::NotSource);
     }
@@ -391,7 +398,82 @@ pub fn check_content(bytes: &[u8]) -> Result<&str, SkipReason> {
     if is_generated(text) {
         return Err(SkipReason::Generated);
     }
+    if holds_secret(text) && !crate::config::include_secrets() {
+        return Err(SkipReason::Secret);
+    }
     Ok(text)
+}
+
+/// Files that are secrets by name (lower-cased): private keys, keystores,
+/// `.env` files (not their `.example`/`.sample`/`.template` copies) and the
+/// credential files of common tools.
+pub fn is_secret_name(lower: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "id_rsa",
+        "id_dsa",
+        "id_ecdsa",
+        "id_ed25519",
+        "credentials",
+        "credentials.json",
+        "credentials.yml",
+        "credentials.yaml",
+        ".netrc",
+        "_netrc",
+        ".pgpass",
+        ".npmrc",
+        ".pypirc",
+        ".git-credentials",
+        ".dockercfg",
+        ".htpasswd",
+        "secrets.yml",
+        "secrets.yaml",
+        "secrets.json",
+        "terraform.tfvars",
+        "env.local",
+    ];
+    const SUFFIXES: &[&str] = &[
+        ".pem",
+        ".key",
+        ".p12",
+        ".pfx",
+        ".jks",
+        ".keystore",
+        ".ppk",
+        ".kdbx",
+        ".tfstate",
+    ];
+    const TEMPLATES: &[&str] = &[".example", ".sample", ".template", ".dist", ".defaults"];
+    if NAMES.contains(&lower) || SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+        return true;
+    }
+    if lower.starts_with("client_secret") && lower.ends_with(".json") {
+        return true;
+    }
+    let dotenv = lower == ".env" || lower.starts_with(".env.") || lower.ends_with(".env");
+    dotenv && !TEMPLATES.iter().any(|t| lower.ends_with(t))
+}
+
+/// Text holding a PEM private key or a token of a well-known format
+/// (GitHub, GitLab, Slack, AWS, Google, Stripe, OpenAI, Anthropic, npm).
+pub fn holds_secret(text: &str) -> bool {
+    static TOKENS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(concat!(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+            r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36}\b",
+            r"|\bgithub_pat_[A-Za-z0-9_]{60,}",
+            r"|\bglpat-[A-Za-z0-9_-]{20}\b",
+            r"|\bxox[baprs]-[0-9]{6,}-[A-Za-z0-9-]{10,}",
+            r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"|\bAIza[0-9A-Za-z_-]{35}\b",
+            r"|\b[rs]k_live_[0-9A-Za-z]{24,}",
+            r"|\bsk-(?:proj|ant|svcacct)-[A-Za-z0-9_-]{20,}",
+            r"|\bsk-[A-Za-z0-9]{48}\b",
+            r"|\bnpm_[A-Za-z0-9]{36}\b",
+        ))
+        .expect("the token patterns compile")
+    });
+    // AWS's documentation key ids end in EXAMPLE; they are no secret.
+    TOKENS.find_iter(text).any(|m| !m.as_str().ends_with("EXAMPLE"))
 }
 
 /// Minified or machine-packed text: very long lines.
@@ -435,6 +517,45 @@ mod tests {
         assert!(!tree.covers(root, "srcx/a.rs"));
         assert!(Start::Files(root.to_path_buf()).covers(root, "top.rs"));
         assert!(Start::Tree(root.to_path_buf()).covers(root, "any/where.rs"));
+    }
+
+    #[test]
+    fn secrets_are_skipped_by_name_and_by_content() {
+        for name in [
+            "id_rsa",
+            "server.pem",
+            "tls.key",
+            ".env",
+            ".env.local",
+            "prod.env",
+            "credentials.json",
+            ".npmrc",
+            "client_secret_123.json",
+            "env.local",
+        ] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in [
+            "id_rsa.pub",
+            ".env.example",
+            ".env.sample",
+            "keys.py",
+            "env.py",
+            "environment.ts",
+            "credentials.py",
+        ] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+        let pem = "x = '''\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n'''\n";
+        assert_eq!(check_content(pem.as_bytes()), Err(SkipReason::Secret));
+        let token = "GITHUB_TOKEN = \"ghp_0123456789abcdefghijABCDEFGHIJ012345\"\n";
+        assert_eq!(check_content(token.as_bytes()), Err(SkipReason::Secret));
+        assert!(holds_secret("key = 'AKIAZ7Q3MVXR4PLKW2TD'"));
+        assert!(!holds_secret("aws_access_key_id = AKIAIOSFODNN7EXAMPLE"));
+        assert!(!holds_secret(
+            "def parse_private_key(pem):\n    return pem.startswith('-----BEGIN')\n"
+        ));
+        assert!(!holds_secret("let sk = \"sk-short\"; // ghp_ prefix alone"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::discover::{self, DiscoverOptions};
+use crate::discover::{self, DiscoverOptions, SkipReason};
 use crate::git;
 use crate::index::INDEXED_BRANCH;
 use crate::store::{self, Store};
@@ -108,16 +108,29 @@ pub struct Pending {
 
 /// What a re-index of `branch` would look at: a walk and a stat per file.
 /// Files stored with mtime 0 (written too recently to trust their mtime) are
-/// compared by content.
+/// compared by content. A file left out for its content (generated,
+/// binary...) is not pending while it has the size and mtime it was skipped
+/// with (with mtime 0: while its content is still left out for that reason);
+/// an unreadable one while it still cannot be opened.
 pub fn pending_changes(store: &Store, root: &Path, branch: &str, opts: &DiscoverOptions) -> Result<Pending> {
     let catalog = store.catalog(branch)?;
+    let skipped = store.skipped(branch)?;
     let found = discover::discover(root, opts);
     let on_disk: HashSet<&str> = found.files.iter().map(|c| c.rel_path.as_str()).collect();
     let changed = found
         .files
         .iter()
         .filter(|c| match catalog.get(&c.rel_path) {
-            None => true,
+            None => match skipped.get(&c.rel_path) {
+                None => true,
+                // Pending once it can be read (a chmod leaves the mtime as it was).
+                Some(s) if s.reason == SkipReason::Unreadable => std::fs::File::open(&c.abs_path).is_ok(),
+                Some(s) if s.size != c.size as i64 => true,
+                Some(s) if s.mtime_ns == 0 => {
+                    std::fs::read(&c.abs_path).map_or(true, |b| discover::check_content(&b).err() != Some(s.reason))
+                }
+                Some(s) => s.mtime_ns != c.mtime_ns,
+            },
             Some(e) if e.size != c.size as i64 => true,
             Some(e) if e.mtime_ns == 0 => {
                 std::fs::read(&c.abs_path).map_or(true, |b| store::content_hash(&b) != e.content_hash)

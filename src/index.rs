@@ -5,6 +5,10 @@
 //! chunk new contents (parallel) → one writer thread that commits batches.
 //! Each batch is one transaction, so an interrupted run leaves a consistent
 //! index and the next run continues where it stopped.
+//!
+//! Files read and left out for their content (generated, binary...) are
+//! recorded with their size and mtime, so later runs count them as skipped
+//! without reading them again while those stay the same.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -20,7 +24,7 @@ use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
 use crate::git;
 use crate::lang;
 use crate::progress::{Phase, Reporter};
-use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, Store};
+use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, SkippedEntry, Store};
 
 /// Runs that change at least this many files load the lexical index in bulk.
 const BULK_FILES: usize = 1000;
@@ -140,6 +144,7 @@ pub fn index_scoped(
     store.set_meta("chunking", &chunking)?;
 
     let mut catalog = store.catalog(&branch)?;
+    let mut skipped = store.skipped(&branch)?;
     let last_branch = store.meta(INDEXED_BRANCH)?;
     let switched = last_branch.as_deref().is_some_and(|b| b != branch);
     let mut seed_from = None;
@@ -147,6 +152,9 @@ pub fn index_scoped(
         if let Some(previous) = last_branch.filter(|b| *b != branch) {
             catalog = store.catalog(&previous)?;
             seed_from = Some(previous).filter(|_| !catalog.is_empty());
+            if let Some(previous) = &seed_from {
+                skipped = store.skipped(previous)?;
+            }
         }
     }
     let scope = scope.filter(|_| seed_from.is_none() && !catalog.is_empty());
@@ -167,7 +175,8 @@ pub fn index_scoped(
         ..IndexReport::default()
     };
 
-    // Files whose size and mtime match the catalog are taken as unchanged unread.
+    // Files whose size and mtime match the catalog are taken as unchanged
+    // unread; those that match their skipped entry as skipped again, unread.
     let run_start_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
@@ -180,7 +189,13 @@ pub fn index_scoped(
             Some(e) if e.mtime_ns == cand.mtime_ns && e.size == cand.size as i64 && e.mtime_ns != 0 => {
                 report.unchanged += 1;
             }
-            _ => changed.push(cand.clone()),
+            Some(_) => changed.push(cand.clone()),
+            None => match skipped.get(&cand.rel_path) {
+                Some(s) if s.matches(cand.size, cand.mtime_ns) => {
+                    *report.skipped.entry(s.reason).or_default() += 1;
+                }
+                _ => changed.push(cand.clone()),
+            },
         }
     }
     let known_versions = known_versions(&store, (changed.len() < BULK_FILES).then_some(&changed))?;
@@ -191,9 +206,11 @@ pub fn index_scoped(
     let bulk = changed.len() >= BULK_FILES;
     store.set_lexical_automerge(if bulk { 0 } else { DEFAULT_AUTOMERGE })?;
 
-    // Paths gone from disk leave the catalog (in the writer's last batch).
+    // Paths gone from disk (or now left out by name) leave the catalog and
+    // the skipped files (in the writer's last batch).
     let unseen: Vec<String> = catalog
         .keys()
+        .chain(skipped.keys().filter(|p| !catalog.contains_key(*p)))
         .filter(|p| !seen.contains(p.as_str()) && in_scope(p))
         .cloned()
         .collect();
@@ -204,6 +221,7 @@ pub fn index_scoped(
     let plan = WritePlan {
         branch: &branch,
         catalog: &catalog,
+        skipped: &skipped,
         batch_files: if switched || seed_from.is_some() {
             usize::MAX
         } else {
@@ -368,11 +386,13 @@ struct WritePlan<'a> {
     branch: &'a str,
     /// The catalog compared against (the branch's own, or the one it is seeded from).
     catalog: &'a HashMap<String, CatalogEntry>,
+    /// The skipped files compared against (the same branch's as `catalog`).
+    skipped: &'a HashMap<String, SkippedEntry>,
     batch_files: usize,
     run_start_ns: i64,
     /// Copy this branch's catalog first (a branch indexed for the first time).
     seed_from: Option<&'a str>,
-    /// Catalog paths not found on disk.
+    /// Catalog and skipped paths not found on disk.
     unseen: Vec<String>,
     reporter: &'a Reporter,
 }
@@ -442,11 +462,17 @@ fn write_outcomes(
             }
             Outcome::Skipped { candidate, reason } => {
                 *written.skipped.entry(reason).or_default() += 1;
+                // Recorded, so the next run neither reads it again nor takes it for a change.
+                let mtime = trusted_mtime(&candidate);
+                batch.set_skipped(branch, &candidate.rel_path, mtime, candidate.size as i64, reason)?;
                 written.skipped_paths.push(candidate.rel_path);
                 None
             }
             Outcome::Failed { candidate, error } => {
                 written.warnings.push(format!("{}: {error}", candidate.rel_path));
+                if plan.skipped.contains_key(&candidate.rel_path) {
+                    batch.remove_skipped(branch, &candidate.rel_path)?;
+                }
                 written.skipped_paths.push(candidate.rel_path);
                 None
             }
@@ -454,6 +480,9 @@ fn write_outcomes(
         if let Some((candidate, file_id)) = stored {
             let mtime = trusted_mtime(&candidate);
             batch.set_catalog(branch, &candidate.rel_path, file_id, mtime, candidate.size as i64)?;
+            if plan.skipped.contains_key(&candidate.rel_path) {
+                batch.remove_skipped(branch, &candidate.rel_path)?;
+            }
         }
         in_batch += 1;
         if in_batch >= plan.batch_files {
@@ -466,11 +495,17 @@ fn write_outcomes(
     if plan.batch_files == usize::MAX && plan.reporter.is_cancelled() {
         return Ok(written);
     }
-    // Paths gone from disk, or now skipped, leave the catalog.
+    // Paths gone from disk, or now skipped, leave the catalog; paths gone
+    // from disk (or now left out by name) leave the skipped files.
     for path in plan.unseen.iter().chain(&written.skipped_paths) {
         if catalog.contains_key(path) {
             batch.remove_from_catalog(branch, path)?;
             written.removed += 1;
+        }
+    }
+    for path in &plan.unseen {
+        if plan.skipped.contains_key(path) {
+            batch.remove_skipped(branch, path)?;
         }
     }
     batch.commit()?;

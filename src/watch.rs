@@ -756,8 +756,9 @@ pub fn dead_branches(store: &Store, root: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Removes these branches' catalogs, with the file versions, chunks and
-/// vectors no other branch uses (one transaction), then re-syncs the vector file.
+/// Removes these branches' catalogs and skipped files, with the file
+/// versions, chunks and vectors no other branch uses (one transaction), then
+/// re-syncs the vector file.
 pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
     let batch = crate::store::Batch::begin(store)?;
     for branch in branches {
@@ -769,6 +770,7 @@ pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
         for path in paths {
             batch.remove_from_catalog(branch, &path)?;
         }
+        batch.remove_branch_skipped(branch)?;
     }
     batch.commit()?;
     if let Some(model) = store.meta("embedding_model")? {
@@ -781,4 +783,24 @@ pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_embedder_per_index_and_the_next_takes_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = EmbedderLock::try_take(dir.path()).expect("the first embedder takes the lock");
+        assert!(
+            EmbedderLock::try_take(dir.path()).is_none(),
+            "a second one leaves the work to it"
+        );
+        drop(first);
+        assert!(
+            EmbedderLock::try_take(dir.path()).is_some(),
+            "once it is gone, the next takes over"
+        );
+    }
 }
