@@ -30,8 +30,21 @@ pub trait Embedder: Send + Sync {
     /// vectors of different ids are never compared.
     fn id(&self) -> &str;
     fn dimensions(&self) -> usize;
-    /// One L2-normalised vector per text, in order.
+    /// One L2-normalised vector per text, in order. An empty vector stands
+    /// for a text the embedder could not embed (a provider's zero, NaN or
+    /// infinite answer): it is not stored.
     fn embed(&self, texts: &[&str], kind: InputKind) -> Result<Vec<Vec<f32>>>;
+    /// The vector of one text a search is waiting on (a query, a snippet to
+    /// find similar code to). A remote embedder makes one attempt within its
+    /// query budget and fails at once while its provider is known to be
+    /// down, so the search goes on without it; a local one just embeds.
+    fn embed_now(&self, text: &str, kind: InputKind) -> Result<Vec<f32>> {
+        self.embed(&[text], kind)?
+            .into_iter()
+            .next()
+            .filter(|v| !v.is_empty())
+            .context("the embedder returned no vector")
+    }
     /// How much BM25 weighs against this embedder's vectors in hybrid
     /// fusion, unless `KEN_FUSION_WEIGHTS` says: a stronger model's
     /// similarities deserve more trust (the eval chose each model's).

@@ -291,12 +291,9 @@ impl SemanticSide {
             return Ok(vector.clone());
         }
         let text = crate::semantic::query_text(query);
-        let vector = self
-            .embedder
-            .embed(&[text.as_ref()], InputKind::Query)?
-            .into_iter()
-            .next()
-            .context("the embedder returned no vector for the query")?;
+        // Bounded: a remote provider answers within its query budget or the
+        // search goes on lexically, saying why.
+        let vector = self.embedder.embed_now(text.as_ref(), InputKind::Query)?;
         let vector = match &self.adapter {
             Some(adapter) if adapter.carries(query) => adapter.apply(&vector),
             _ => vector,
@@ -708,10 +705,7 @@ impl Searcher {
                 };
                 (vector, Some((chunk_id, path)))
             }
-            None => {
-                let v = side.embedder.embed(&[target], InputKind::Document)?;
-                (v.into_iter().next().unwrap_or_default(), None)
-            }
+            None => (side.embedder.embed_now(target, InputKind::Document)?, None),
         };
         let req = SearchRequest {
             limit,
@@ -755,7 +749,10 @@ impl Searcher {
             return Ok(None);
         };
         let path = path.trim().trim_start_matches("./");
-        Ok(self
+        if path.is_empty() || path.contains(char::is_whitespace) {
+            return Ok(None);
+        }
+        let found = self
             .store
             .conn
             .query_row(
@@ -766,7 +763,25 @@ impl Searcher {
                 rusqlite::params![self.branch, path, line],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
-            .optional()?)
+            .optional()?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        // A `path:line` that names nothing indexed is an error, not a snippet
+        // to embed (which would return unrelated code).
+        let lines: Option<u32> = self
+            .store
+            .conn
+            .query_row(
+                "SELECT f.line_count FROM catalog k JOIN files f ON f.id = k.file_id WHERE k.branch = ?1 AND k.path = ?2",
+                rusqlite::params![self.branch, path],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match lines {
+            None => bail!("{path} is not in the index (no such file, or not indexed: `ken status` shows what is)"),
+            Some(n) => bail!("{path} has no indexed code at line {line} (it has {n} lines)"),
+        }
     }
 
     /// Forgets the remembered query vectors (benchmarks time the model).
@@ -808,7 +823,7 @@ impl Searcher {
                         "no embeddings yet: {writer} is indexing the project or computing its embeddings \
                          (`ken status` shows the coverage)"
                     ),
-                    None => "the index has no embeddings yet (run `ken index` without --no-embed)".to_string(),
+                    None => crate::semantic::why_no_vectors(&self.store),
                 })?;
             let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
             let embedder =

@@ -6,7 +6,7 @@
 //! sorted by length (less padding) and each is committed as it finishes, so
 //! an interrupted pass resumes where it stopped.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rusqlite::params;
@@ -199,6 +199,126 @@ pub fn embed_missing_until(
     reporter: &Reporter,
     pause: &dyn Fn() -> bool,
 ) -> Result<(EmbedReport, bool)> {
+    let result = embed_pass(store, branch, embedder, reporter, pause);
+    match &result {
+        Ok((_, true)) => record_embedding_failure(store, None),
+        Err(e) if !reporter.is_cancelled() => record_embedding_failure(store, Some(e)),
+        _ => {}
+    }
+    result
+}
+
+/// How long `ken index` or `ken embed` waits for another process that is
+/// embedding the same index before it leaves the work to it.
+const EMBEDDER_WAIT: Duration = Duration::from_secs(120);
+
+/// How long an embedding batch waits for the writer lock to commit (an index
+/// run holds it for seconds, never for a pass).
+const COMMIT_WAIT: Duration = Duration::from_secs(120);
+
+/// One embedding pass per index at a time: the process holding this lock
+/// embeds, others leave the work to it (a server) or wait (`ken index`). It
+/// is held apart from the writer lock, which a pass takes only to commit each
+/// batch, so lexical updates never wait for embeddings; the OS releases it
+/// with its process, so a crashed embedder hands the work on.
+pub struct EmbedderLock {
+    _file: std::fs::File,
+}
+
+impl EmbedderLock {
+    fn path(index_dir: &std::path::Path) -> std::path::PathBuf {
+        index_dir.join("embedder.lock")
+    }
+
+    /// The lock, if no other process holds it.
+    pub fn try_take(index_dir: &std::path::Path) -> Option<EmbedderLock> {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(Self::path(index_dir))
+            .ok()?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return None;
+        }
+        let _ = file.set_len(0);
+        let _ = (&file).write_all(format!("{}\n", std::process::id()).as_bytes());
+        Some(EmbedderLock { _file: file })
+    }
+
+    /// The lock, waiting up to `timeout` for the process that holds it.
+    pub fn wait(index_dir: &std::path::Path, timeout: Duration) -> Result<EmbedderLock> {
+        let started = Instant::now();
+        let mut told = false;
+        loop {
+            if let Some(lock) = Self::try_take(index_dir) {
+                return Ok(lock);
+            }
+            let holder = std::fs::read_to_string(Self::path(index_dir)).unwrap_or_default();
+            let holder = match holder.trim() {
+                "" => "another ken process".to_string(),
+                pid => format!("process {pid}"),
+            };
+            anyhow::ensure!(
+                started.elapsed() < timeout,
+                "{holder} is computing this index's embeddings (waited {timeout:?}); `ken status` shows the coverage"
+            );
+            if !told {
+                eprintln!("ken: waiting for {holder}, which is computing this index's embeddings...");
+                told = true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The meta key holding why the last embedding pass failed, until one finishes.
+const EMBEDDING_FAILURE: &str = "embedding_failure";
+
+/// Remembers why an embedding pass failed (a provider that did not answer),
+/// or that one finished, so a search without vectors says what happened.
+/// Best effort: the pass's own outcome is what the caller reports.
+fn record_embedding_failure(store: &Store, failure: Option<&anyhow::Error>) {
+    match failure {
+        Some(e) => {
+            let text: String = format!("{e:#}").chars().take(400).collect();
+            let _ = store.set_meta(EMBEDDING_FAILURE, &text);
+        }
+        None => {
+            if store
+                .meta(EMBEDDING_FAILURE)
+                .ok()
+                .flatten()
+                .is_some_and(|f| !f.is_empty())
+            {
+                let _ = store.set_meta(EMBEDDING_FAILURE, "");
+            }
+        }
+    }
+}
+
+/// Why an index has no vectors to search, for a search's notice: built
+/// without them, its last embedding pass failed (and how), or not there yet.
+pub fn why_no_vectors(store: &Store) -> String {
+    if crate::watch::embeddings_off(store) {
+        return "the index was built with --no-embed (`ken embed` computes the embeddings)".to_string();
+    }
+    match store.meta(EMBEDDING_FAILURE).ok().flatten().filter(|f| !f.is_empty()) {
+        Some(failure) => format!("the index has no embeddings: its last embedding pass failed: {failure}"),
+        None => "the index has no embeddings yet (`ken index` or `ken embed` computes them)".to_string(),
+    }
+}
+
+fn embed_pass(
+    store: &mut Store,
+    branch: &str,
+    embedder: &dyn Embedder,
+    reporter: &Reporter,
+    pause: &dyn Fn() -> bool,
+) -> Result<(EmbedReport, bool)> {
     let started = Instant::now();
     let model = embedder.id().to_string();
     let contents = store::count(
@@ -254,6 +374,7 @@ pub fn embed_missing_until(
     } else {
         false
     };
+    let _writer = store.lock_for_write(COMMIT_WAIT)?;
     let in_index = publish(store, embedder)?;
     if chunk_side.finished && signature_side.finished {
         // Housekeeping: the vectors are complete and published whether or not it works.
@@ -287,8 +408,9 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
     if adapter::is_current(conn, model, method, contents)? {
         return Ok(true);
     }
-    let pairs = adapter::training_pairs(conn, branch, method, embedding_text)?;
+    let mut pairs = adapter::training_pairs(conn, branch, method, embedding_text)?;
     if pairs.len() < adapter::MIN_PAIRS {
+        let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
         adapter::save(conn, model, method, contents, pairs.len(), None)?;
         return Ok(true);
     }
@@ -309,11 +431,20 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
         progress.inc(batch.len() as u64);
     }
     let embedded = started.elapsed();
+    // A pair the embedder gave a degenerate vector for is left out.
+    let kept = |i: &usize| !questions[*i].is_empty() && !targets[*i].is_empty();
+    if (0..pairs.len()).any(|i| !kept(&i)) {
+        let keep: Vec<usize> = (0..pairs.len()).filter(kept).collect();
+        let pick = |of: &[Vec<f32>]| -> Vec<Vec<f32>> { keep.iter().map(|&i| of[i].clone()).collect() };
+        (questions, targets) = (pick(&questions), pick(&targets));
+        pairs = keep.iter().map(|&i| pairs[i].clone()).collect();
+    }
     let hashes: Vec<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
     let negatives = adapter::negatives(conn, branch, model, &hashes, adapter::NEGATIVES)?;
     let mut fit = adapter::fit(&questions, &targets, &negatives, method);
     let leads = adapter::lead_words(pairs.iter().map(|(_, question, _)| question.as_str()));
     fit.adapter = fit.adapter.map(|a| a.led_by(leads));
+    let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
     adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
         "query adapter fitted on {} pairs against {} stored chunks ({}) in {:.2} s ({:.2} s embedding them)",
@@ -405,6 +536,8 @@ impl EmbedPass<'_> {
             }
             let (vectors, cached) = embed_batch(self.embedder, self.model, self.shared, batch)?;
             count.from_cache += cached;
+            let mut rejected = 0;
+            let _writer = self.store.lock_for_write(COMMIT_WAIT)?;
             let tx = self.store.conn.transaction()?;
             {
                 let mut next_id = crate::store::next_embedding_id(&tx)?;
@@ -413,17 +546,23 @@ impl EmbedPass<'_> {
                      ON CONFLICT (content_hash, model) DO NOTHING",
                 )?;
                 for ((hash, _), vector) in batch.iter().zip(&vectors) {
+                    // A degenerate vector (the provider warned) is not stored.
+                    if vector.is_empty() {
+                        rejected += 1;
+                        continue;
+                    }
                     next_id += insert.execute(params![next_id, hash, self.model, vectors::encode(vector)])? as i64;
                 }
                 crate::store::issued_embedding_ids(&tx, next_id - 1)?;
             }
             tx.commit()?;
-            count.embedded += batch.len() as u64 - cached;
+            count.embedded += (batch.len() as u64 - cached).saturating_sub(rejected);
             progress.inc(batch.len() as u64);
             if publish_now_and_then && last_publish.elapsed() >= PUBLISH_EVERY {
                 publish(self.store, self.embedder)?;
                 last_publish = Instant::now();
             }
+            drop(_writer);
         }
         Ok(count)
     }
@@ -431,7 +570,8 @@ impl EmbedPass<'_> {
 
 /// Vectors for a batch, each item's texts' vectors end to end: from the
 /// shared cache where it has them, the rest computed (and added to the
-/// cache). Returns the vectors in batch order and how many items came whole
+/// cache). Returns the vectors in batch order (empty for an item the
+/// embedder gave a degenerate vector for) and how many items came whole
 /// from the cache.
 fn embed_batch(
     embedder: &dyn Embedder,
@@ -451,7 +591,7 @@ fn embed_batch(
         let to_embed: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
         let computed = embedder.embed(&to_embed, InputKind::Document)?;
         for (&i, vector) in missing.iter().zip(computed) {
-            if let Some(cache) = shared {
+            if let (Some(cache), false) = (shared, vector.is_empty()) {
                 cache.put(model, keys[i], &vector);
             }
             vectors[i] = Some(vector);
@@ -465,7 +605,13 @@ fn embed_batch(
         let n = item_texts.len();
         // Counted, not `all`: every flag of the item must be consumed.
         cached += u64::from(from_cache.by_ref().take(n).filter(|&hit| hit).count() == n);
-        out.push(vectors.by_ref().take(n).flatten().collect());
+        let parts: Vec<Vec<f32>> = vectors.by_ref().take(n).collect();
+        // One degenerate part leaves the item without a vector (an empty one).
+        if parts.iter().any(Vec::is_empty) {
+            out.push(Vec::new());
+        } else {
+            out.push(parts.into_iter().flatten().collect());
+        }
     }
     Ok((out, cached))
 }
@@ -632,9 +778,10 @@ const LOCAL_PROVIDER: &str = "local";
 /// `ken index`'s second phase for `root`: embeds what the current branch lacks.
 pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter: &Reporter) -> Result<EmbedReport> {
     let mut store = Store::open_for_write(index_dir)?;
-    // Locked before the model loads (seconds), so others see the pass at once.
-    let _lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
-    let (embedder, provider) = configured_embedder()?;
+    // One embedder per index; taken before the model loads (seconds), so
+    // others see the pass at once. The writer lock is taken per batch.
+    let _embedder = EmbedderLock::wait(index_dir, EMBEDDER_WAIT)?;
+    let (embedder, provider) = configured_embedder().inspect_err(|e| record_embedding_failure(&store, Some(e)))?;
     let branch = crate::git::head(root).catalog_key();
     if let Some(previous) = store.meta("embedding_model")? {
         if previous != embedder.id() {

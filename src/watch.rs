@@ -106,29 +106,6 @@ pub fn embeddings_off(store: &Store) -> bool {
     store.meta(EMBEDDINGS_OFF).ok().flatten().is_some_and(|v| v == "1")
 }
 
-/// One background embedder per index: the process holding this lock embeds;
-/// other servers of the same index leave the work to it, and one of them
-/// takes over when it exits (the OS releases the lock with its process).
-pub struct EmbedderLock {
-    _file: std::fs::File,
-}
-
-impl EmbedderLock {
-    /// The lock, if no other process holds it.
-    pub fn try_take(index_dir: &Path) -> Option<EmbedderLock> {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(index_dir.join("embedder.lock"))
-            .ok()?;
-        // SAFETY: flock on a file descriptor we own.
-        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        taken.then_some(EmbedderLock { _file: file })
-    }
-}
-
 /// Live counters of a running watcher.
 #[derive(Debug, Default)]
 pub struct WatchState {
@@ -330,8 +307,8 @@ struct Watcher<'a> {
     commit: Option<String>,
     embedder: Option<Box<dyn Embedder>>,
     embed_pending: bool,
-    /// Held while this process is the index's background embedder.
-    embedder_lock: Option<EmbedderLock>,
+    /// Held while this process embeds the index (see [`semantic::EmbedderLock`]).
+    embedder_lock: Option<semantic::EmbedderLock>,
     /// Not before this instant may embedding start (or the lock be tried again).
     embed_not_before: Instant,
     /// Warnings said, with when, so a repeating one is said once a minute at most.
@@ -653,7 +630,7 @@ impl Watcher<'_> {
                 return false;
             }
         }
-        self.embedder_lock = EmbedderLock::try_take(self.index_dir);
+        self.embedder_lock = semantic::EmbedderLock::try_take(self.index_dir);
         if self.embedder_lock.is_none() {
             self.embed_not_before = Instant::now() + EMBEDDER_RETRY;
             tracing::debug!("another process embeds this index; checking again in {EMBEDDER_RETRY:?}");
@@ -680,8 +657,9 @@ impl Watcher<'_> {
             }
         }
         let embedder = self.embedder.as_deref().context("no embedder")?;
+        // The writer lock is taken per committed batch inside: lexical
+        // updates (this watcher's or a `ken index`) never wait for a pass.
         let mut store = Store::open_for_write(self.index_dir)?;
-        let _lock = store.lock_for_write(Duration::ZERO)?;
         let (report, finished) = semantic::embed_missing_until(
             &mut store,
             &self.branch,
@@ -691,6 +669,8 @@ impl Watcher<'_> {
         )?;
         if finished {
             self.embed_pending = false;
+            // Done: another process may embed what comes next.
+            self.embedder_lock = None;
         }
         if report.embedded > 0 || finished {
             self.event(
@@ -783,24 +763,4 @@ pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_embedder_per_index_and_the_next_takes_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = EmbedderLock::try_take(dir.path()).expect("the first embedder takes the lock");
-        assert!(
-            EmbedderLock::try_take(dir.path()).is_none(),
-            "a second one leaves the work to it"
-        );
-        drop(first);
-        assert!(
-            EmbedderLock::try_take(dir.path()).is_some(),
-            "once it is gone, the next takes over"
-        );
-    }
 }

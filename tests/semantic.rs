@@ -865,6 +865,18 @@ fn similar_finds_code_like_a_snippet_or_a_chunk() {
         top.contains(&"squeeze_spaces") && top.contains(&"normalize_whitespace"),
         "{hits}"
     );
+
+    // A path:line that names nothing indexed is an error naming it, never unrelated hits.
+    for (target, needle) in [
+        ("nosuchfile.py:10", "nosuchfile.py is not in the index"),
+        ("a/text.py:400", "no indexed code at line 400"),
+    ] {
+        let out = ken(root, &["similar", "--json", target]);
+        assert!(!out.status.success(), "{target}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{target}: {stderr}");
+        assert!(out.stdout.is_empty(), "{target}: no results");
+    }
 }
 
 #[test]
@@ -1308,4 +1320,68 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     for (_, sibling) in &few {
         assert!(negatives.vectors.contains(sibling));
     }
+}
+
+#[test]
+fn lexical_updates_never_wait_for_an_embedding_pass() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..1500 {
+        write(
+            root,
+            &format!("pkg{}/handler_{i}.py", i % 50),
+            &format!(
+                "def handle_request_{i}(request, session):\n    \"\"\"Validate request {i} and store its payload.\"\"\"\n    \
+                 payload = request.json()\n    session.add(payload)\n    return payload\n"
+            ),
+        );
+    }
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let mut embedding = Command::new(ken_bin())
+        .args(["embed", "-q"])
+        .current_dir(root)
+        .env("KEN_SHARED_CACHE", "0")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the pass has committed its first batch.
+    let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while db
+        .query_row("SELECT count(*) FROM embeddings", [], |r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "the pass never committed a batch");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(db);
+    write(
+        root,
+        "pkg0/ledger.py",
+        "def zanzibar_quokka_total(entries):\n    return sum(entries)\n",
+    );
+    let started = std::time::Instant::now();
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let took = started.elapsed();
+    let still_embedding = embedding.try_wait().unwrap().is_none();
+    let hits = search(root, "zanzibar_quokka_total", 1);
+    let _ = embedding.kill();
+    let _ = embedding.wait();
+    assert!(
+        still_embedding,
+        "the pass was still running while the index was updated"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "a lexical update waited {took:?} for the embedding pass"
+    );
+    assert_eq!(hits[0]["symbol"], "zanzibar_quokka_total", "{hits:?}");
+    // What the killed pass committed is kept.
+    let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    let kept: i64 = db
+        .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+        .unwrap();
+    assert!(kept > 0);
 }

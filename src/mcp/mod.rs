@@ -708,7 +708,7 @@ functions with their code.",
                 if reporter.is_cancelled() {
                     break;
                 }
-                let Some(_embedder) = crate::watch::EmbedderLock::try_take(&dir) else {
+                let Some(_embedder) = crate::semantic::EmbedderLock::try_take(&dir) else {
                     tracing::info!("embedding {name}: another process is embedding it");
                     continue;
                 };
