@@ -126,8 +126,10 @@ pub enum SkipReason {
     Minified,
     Generated,
     Unreadable,
-    /// A private key, a credentials file, or text holding a known token
-    /// format: never indexed, so never sent to an embedding provider.
+    // A private key, a credentials file, or text holding a known token
+    // format: never indexed, so never sent to an embedding provider. (A
+    // plain comment: a documented variant would change the wire schema of
+    // every skip count from named properties to a map.)
     Secret,
 }
 
