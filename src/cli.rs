@@ -48,9 +48,15 @@ enum Command {
     Search(SearchArgs),
     /// Check the index for consistency; exits 1 when it is unhealthy (for CI).
     Health {
-        /// Fix what can be fixed.
+        /// Fix what can be fixed: a damaged index is rebuilt from the files,
+        /// keeping every vector that can be read.
         #[arg(long)]
         repair: bool,
+        /// Check the whole database page by page (SQLite's `integrity_check`,
+        /// the lexical index's own check, every stored text against its hash)
+        /// instead of the quick check.
+        #[arg(long)]
+        full: bool,
         #[arg(long)]
         json: bool,
     },
@@ -469,10 +475,10 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Command::Health { repair, json } => {
+        Command::Health { repair, full, json } => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            let report = crate::health::check(&root, &index_dir, repair)?;
+            let report = crate::health::check(&root, &index_dir, repair, full)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::discover::DiscoverOptions;
 use crate::freshness::{pending_changes, Pending};
 use crate::git;
+use crate::index::IndexOptions;
 use crate::store::{self, Store};
 use crate::vectors::{self, VectorIndex};
 
@@ -87,25 +88,112 @@ const TABLE_CHECKS: &[(&str, Severity, &str, &str, &str)] = &[
     ),
 ];
 
-pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport> {
-    let mut store = if repair {
-        Store::open_for_write(index_dir)?
-    } else {
-        Store::open_for_read(index_dir)?
-    };
-    let _lock = if repair {
-        Some(store.lock_for_write(std::time::Duration::from_secs(120))?)
+/// Checks the index in `index_dir` (of the folder `root`).
+///
+/// The database is checked first (`PRAGMA quick_check`, or the slower
+/// `integrity_check` and the lexical index's own check when `full`). A
+/// damaged database is reported as such; `repair` rebuilds it from the
+/// files, keeping every vector that can be read (the same for a lexical
+/// index that does not match the chunks). Then the tables are checked
+/// against each other, the vectors against the model and the vector file,
+/// the files against the disk.
+///
+/// What is derived and only behind (the vector file after an interrupted
+/// embedding pass, the chunk count and the common terms' frequencies after
+/// an interrupted run) is brought up to date whenever the index can be
+/// written and no other process is writing it, with or without `repair`.
+pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<HealthReport> {
+    // Damage met here is this check's to report: SQLite's reports need no hint.
+    let _handled = store::DamageHandled::begin();
+    let db = index_dir.join("index.db");
+    let mut findings = Vec::new();
+    // A repair checks as fully as it can: the lexical index's damage escapes the quick check.
+    let problems = store::check_integrity(index_dir, full || repair)?;
+    let mut rebuilt = false;
+    if !problems.is_empty() {
+        let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+        let what = format!("{} is damaged: {}", db.display(), shown.join("; "));
+        if !repair {
+            findings.push(Finding {
+                check: "integrity".into(),
+                severity: Severity::Error,
+                count: problems.len() as u64,
+                message: format!(
+                    "{what}; `ken health --repair` rebuilds it from the files, keeping every vector it can read"
+                ),
+                repaired: false,
+            });
+            return Ok(HealthReport {
+                healthy: false,
+                schema_version: store::SCHEMA_VERSION,
+                findings,
+            });
+        }
+        let (kept, files) = rebuild(root, index_dir)?;
+        rebuilt = true;
+        findings.push(Finding {
+            check: "integrity".into(),
+            severity: Severity::Error,
+            count: problems.len() as u64,
+            message: format!("{what}; rebuilt from the files ({files} files): {}", kept.describe()),
+            repaired: true,
+        });
+    }
+
+    let mut reader = Store::open_for_read(index_dir)?;
+    // Repairs write through this; without `repair`, it is opened when
+    // something derived is to be brought up to date and no one else writes.
+    let mut writer = if repair {
+        let store = Store::open_for_write(index_dir)?;
+        let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+        Some((store, lock))
     } else {
         None
     };
-    let conn = &store.conn;
-    let mut findings = Vec::new();
+
+    // A lexical index that does not match the chunks is rebuilt like a damaged database.
+    let fts_rows = store::count(&reader.conn, "SELECT count(*) FROM chunks_fts", [])?;
+    let chunk_rows = store::count(&reader.conn, "SELECT count(*) FROM chunks", [])?;
+    if fts_rows != chunk_rows {
+        let message = format!("{fts_rows} lexical rows for {chunk_rows} chunks");
+        let repaired = repair && !rebuilt && {
+            drop(writer.take());
+            let (kept, files) = rebuild(root, index_dir)?;
+            reader = Store::open_for_read(index_dir)?;
+            let store = Store::open_for_write(index_dir)?;
+            let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+            writer = Some((store, lock));
+            findings.push(Finding {
+                check: "lexical_rows".into(),
+                severity: Severity::Error,
+                count: fts_rows.abs_diff(chunk_rows),
+                message: format!("{message}; rebuilt from the files ({files} files): {}", kept.describe()),
+                repaired: true,
+            });
+            true
+        };
+        if !repaired {
+            findings.push(Finding {
+                check: "lexical_rows".into(),
+                severity: Severity::Error,
+                count: fts_rows.abs_diff(chunk_rows),
+                message: format!(
+                    "{message}; `ken health --repair` rebuilds the index from the files, keeping its vectors"
+                ),
+                repaired: false,
+            });
+        }
+    }
+
     for (name, severity, count_sql, repair_sql, message) in TABLE_CHECKS {
-        let count = store::count(conn, count_sql, [])?;
+        let count = store::count(&reader.conn, count_sql, [])?;
         if count == 0 {
             continue;
         }
-        let repaired = repair && !repair_sql.is_empty() && conn.execute_batch(repair_sql).is_ok();
+        let repaired = match &writer {
+            Some((w, _)) if repair && !repair_sql.is_empty() => w.conn.execute_batch(repair_sql).is_ok(),
+            _ => false,
+        };
         findings.push(Finding {
             check: name.to_string(),
             severity: *severity,
@@ -114,37 +202,57 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
             repaired,
         });
     }
-    let fts_rows = store::count(conn, "SELECT count(*) FROM chunks_fts", [])?;
-    let chunk_rows = store::count(conn, "SELECT count(*) FROM chunks", [])?;
-    if fts_rows != chunk_rows {
-        findings.push(Finding {
-            check: "lexical_rows".into(),
-            severity: Severity::Error,
-            count: fts_rows.abs_diff(chunk_rows),
-            message: format!("{fts_rows} lexical rows for {chunk_rows} chunks (delete .ken/ and run `ken index`)"),
-            repaired: false,
+
+    // Statistics derived from the chunks, behind after an interrupted run.
+    let drift = reader.chunk_count_drift()?;
+    if drift.is_some() || reader.common_terms_stale()? {
+        let count = drift.map_or(1, |(stored, counted)| stored.unwrap_or(0).abs_diff(counted));
+        let done = bring_up_to_date(index_dir, &mut writer, |w| w.store_common_term_frequencies().map(drop));
+        findings.push(match done {
+            Ok(()) => Finding {
+                check: "statistics".into(),
+                severity: Severity::Info,
+                count,
+                message: "the chunk count and the common terms' frequencies were behind the chunks (an \
+                          interrupted or a watcher's run): counted again"
+                    .into(),
+                repaired: true,
+            },
+            Err(why) => Finding {
+                check: "statistics".into(),
+                severity: Severity::Warning,
+                count,
+                message: format!(
+                    "the chunk count or the common terms' frequencies are behind the chunks ({why}); the next \
+                     `ken index` or `ken health` counts them again"
+                ),
+                repaired: false,
+            },
         });
     }
 
     let branch = git::head(root).catalog_key();
-    if let Some(model) = store.meta("embedding_model")? {
-        let dims: usize = store
+    if let Some(model) = reader.meta("embedding_model")? {
+        let dims: usize = reader
             .meta("embedding_dimensions")?
             .and_then(|d| d.parse().ok())
             .unwrap_or(0);
         let wrong_size = store::count(
-            conn,
+            &reader.conn,
             "SELECT count(*) FROM embeddings WHERE model = ?1 AND length(vector) != ?2",
             rusqlite::params![model, (dims * 4) as i64],
         )?;
         if wrong_size > 0 {
-            let repaired = repair
-                && conn
+            let repaired = match &writer {
+                Some((w, _)) if repair => w
+                    .conn
                     .execute(
                         "DELETE FROM embeddings WHERE model = ?1 AND length(vector) != ?2",
                         rusqlite::params![model, (dims * 4) as i64],
                     )
-                    .is_ok();
+                    .is_ok(),
+                _ => false,
+            };
             findings.push(Finding {
                 check: "dimension_mismatch".into(),
                 severity: Severity::Error,
@@ -154,7 +262,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
             });
         }
         let missing = store::count(
-            conn,
+            &reader.conn,
             "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = c.content_hash AND e.model = ?2)",
             rusqlite::params![branch, model],
@@ -168,27 +276,58 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
                 repaired: false,
             });
         }
-        let rows = store::count(conn, "SELECT count(*) FROM embeddings WHERE model = ?1", [&model])?;
-        let in_file = VectorIndex::open(&store, &model, dims)
+        let rows = store::count(
+            &reader.conn,
+            "SELECT count(*) FROM embeddings WHERE model = ?1",
+            [&model],
+        )?;
+        let in_file = VectorIndex::open(&reader, &model, dims)
             .ok()
             .flatten()
             .map_or(0, |v| v.len() as u64);
         if in_file != rows {
-            let repaired = repair
-                && VectorIndex::sync(&store, &model, dims, vectors::Quantization::from_env()?)
-                    .is_ok_and(|n| n as u64 == rows);
-            findings.push(Finding {
-                check: "vector_file".into(),
-                severity: Severity::Error,
-                count: rows.abs_diff(in_file),
-                message: format!("the vector file holds {in_file} vectors, the index {rows}"),
-                repaired,
+            // The file is derived from the rows: an embedding pass publishes
+            // it as it goes, and one killed before it did leaves it behind.
+            let done = match writer_elsewhere(index_dir, &writer) {
+                Some(holder) => Err(holder),
+                None => bring_up_to_date(index_dir, &mut writer, |w| {
+                    let n = VectorIndex::sync(w, &model, dims, vectors::Quantization::from_env()?)?;
+                    anyhow::ensure!(n as u64 == rows, "{n} vectors of {rows} could be added");
+                    Ok(())
+                }),
+            };
+            let message = format!("the vector file held {in_file} vectors, the index {rows}");
+            findings.push(match done {
+                Ok(()) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Warning,
+                    count: rows.abs_diff(in_file),
+                    message: format!(
+                        "{message} (it follows the stored vectors at each embedding pass, and an interrupted \
+                         pass leaves it behind): brought up to date"
+                    ),
+                    repaired: true,
+                },
+                Err(why) if why.starts_with(WRITING) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Warning,
+                    count: rows.abs_diff(in_file),
+                    message: format!("{message}; {why}: it publishes them as it goes"),
+                    repaired: false,
+                },
+                Err(why) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Error,
+                    count: rows.abs_diff(in_file),
+                    message: format!("{message}; it cannot be brought up to date: {why}"),
+                    repaired: false,
+                },
             });
         }
     }
 
     // Files changed on disk since the last index (what a re-index would do).
-    let Pending { changed, deleted } = pending_changes(&store, root, &branch, &DiscoverOptions::default())?;
+    let Pending { changed, deleted } = pending_changes(&reader, root, &branch, &DiscoverOptions::default())?;
     if changed + deleted > 0 {
         findings.push(Finding {
             check: "files_changed_since_indexing".into(),
@@ -199,9 +338,12 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
         });
     }
     // Branches deleted from git: their catalogs (and what only they use) can go.
-    let dead = crate::watch::dead_branches(&store, root)?;
+    let dead = crate::watch::dead_branches(&reader, root)?;
     if !dead.is_empty() {
-        let repaired = repair && crate::watch::drop_branches(&mut store, &dead).is_ok();
+        let repaired = match &mut writer {
+            Some((w, _)) if repair => crate::watch::drop_branches(w, &dead).is_ok(),
+            _ => false,
+        };
         findings.push(Finding {
             check: "deleted_branches".into(),
             severity: Severity::Warning,
@@ -216,4 +358,52 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool) -> Result<HealthReport
         schema_version: store::SCHEMA_VERSION,
         findings,
     })
+}
+
+/// Rebuilds the index from the files, keeping the vectors that can be read:
+/// what was kept, and how many files the branch has now.
+fn rebuild(root: &Path, index_dir: &Path) -> Result<(store::Salvaged, u64)> {
+    let cannot = |e: anyhow::Error| {
+        e.context(format!(
+            "cannot rebuild the index at {}; delete that folder and run `ken index`",
+            index_dir.display()
+        ))
+    };
+    let kept = store::rebuild_damaged(index_dir).map_err(cannot)?;
+    let report = crate::index::index(root, index_dir, &IndexOptions::default()).map_err(cannot)?;
+    Ok((kept, report.files))
+}
+
+/// How [`writer_elsewhere`]'s reason starts.
+const WRITING: &str = "an embedding pass or an index run is writing";
+
+/// Who else is writing the index (unless this check holds the lock itself).
+fn writer_elsewhere(index_dir: &Path, writer: &Option<(Store, store::WriteLock)>) -> Option<String> {
+    if writer.is_some() {
+        return None;
+    }
+    store::writer_of(index_dir).map(|holder| format!("{WRITING} it ({holder})"))
+}
+
+/// Runs `work` on the index opened for writing under the writer lock: the
+/// check's own (`repair`), else one taken now if no other process holds
+/// it. `Err` says why it could not run or what failed.
+fn bring_up_to_date(
+    index_dir: &Path,
+    writer: &mut Option<(Store, store::WriteLock)>,
+    work: impl FnOnce(&mut Store) -> Result<()>,
+) -> std::result::Result<(), String> {
+    if writer.is_none() {
+        if let Some(holder) = writer_elsewhere(index_dir, writer) {
+            return Err(holder);
+        }
+        let opened = Store::open_for_write(index_dir)
+            .and_then(|store| Ok((store.lock_for_write(std::time::Duration::ZERO)?, store)));
+        match opened {
+            Ok((lock, store)) => *writer = Some((store, lock)),
+            Err(e) => return Err(format!("{e:#}")),
+        }
+    }
+    let (store, _) = writer.as_mut().expect("opened above");
+    work(store).map_err(|e| format!("{e:#}"))
 }

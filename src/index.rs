@@ -116,7 +116,42 @@ pub fn index(root: &Path, index_dir: &Path, opts: &IndexOptions) -> Result<Index
 /// branch indexed last (files with the same size and mtime are not read
 /// again), and a run on another branch than the last one commits as one
 /// transaction: a search never sees a half-switched branch.
+///
+/// An index found damaged (by SQLite during the run, or by the check after a
+/// whole run that changed files) is rebuilt from the files once a check
+/// confirms it, keeping every vector that can be read, and said so on
+/// stderr. Other failures of the index's storage (no space left, a
+/// read-only folder...) are errors that say what they are.
 pub fn index_scoped(
+    root: &Path,
+    index_dir: &Path,
+    opts: &IndexOptions,
+    scope: Option<&[discover::Start]>,
+) -> Result<IndexReport> {
+    // This run repairs what it finds damaged: SQLite's reports need no hint.
+    let _handled = store::DamageHandled::begin();
+    let first = index_once(root, index_dir, opts, scope);
+    let damage = match first {
+        Err(e) if store::fault_of(&e) == Some(store::Fault::Damaged) => e,
+        other => return other.map_err(|e| store::explain(index_dir, e)),
+    };
+    // Confirmed by a check before anything is replaced (the full one: the
+    // lexical index's own damage escapes the quick one).
+    let problems = store::check_integrity(index_dir, true)?;
+    if problems.is_empty() {
+        return Err(store::explain(index_dir, damage));
+    }
+    let kept = store::rebuild_damaged(index_dir)?;
+    eprintln!(
+        "ken: the index database {} is damaged ({}); rebuilding it from the files: {}",
+        index_dir.join("index.db").display(),
+        problems[0],
+        kept.describe()
+    );
+    index_once(root, index_dir, opts, scope).map_err(|e| store::explain(index_dir, e))
+}
+
+fn index_once(
     root: &Path,
     index_dir: &Path,
     opts: &IndexOptions,
@@ -138,8 +173,12 @@ pub fn index_scoped(
     let chunking = chunk::chunking_fingerprint(&opts.limits);
     let has_files = store::count(&store.conn, "SELECT count(*) FROM files", [])? > 0;
     if has_files && store.meta("chunking")?.as_deref() != Some(chunking.as_str()) {
-        eprintln!("ken: the chunking rules changed since this index was built; re-indexing every file");
-        store = store.recreate()?;
+        let kept;
+        (store, kept) = store.rebuild_keeping_vectors()?;
+        eprintln!(
+            "ken: the chunking rules changed since this index was built; re-indexing every file ({})",
+            kept.describe()
+        );
     }
     store.set_meta("chunking", &chunking)?;
 
@@ -277,16 +316,31 @@ pub fn index_scoped(
         // The per-language and chunk totals cost a join over the branch: the watcher needs neither.
         report.files = store::count(&store.conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [&branch])?;
     }
-    report.seconds = started.elapsed().as_secs_f64();
-    let all_chunks: i64 = store.conn.query_row("SELECT count(*) FROM chunks", [], |r| r.get(0))?;
-    store.set_meta("chunk_count", &all_chunks.to_string())?;
-    // Whole runs that changed something recount the common terms; the
+    // The chunk count is written with every batch that changes the chunks;
+    // an index of an older ken, or one repaired by SQL, may still lack it.
+    let all_chunks = match store.chunk_count_drift()? {
+        Some(_) => store.store_chunk_count()?,
+        None => store::count(&store.conn, "SELECT count(*) FROM chunks", [])? as i64,
+    };
+    // Whole runs recount the common terms when chunks changed since they
+    // were counted (in this run or in one killed before it recounted); the
     // watcher's small runs do once the index has grown or shrunk by 5%.
     let counted_at = store.common_terms_stored_at()?;
     let drifted = counted_at.is_none_or(|n| (all_chunks - n).abs() * 20 > n);
-    if counted_at.is_none() || (changes > 0 && (scope.is_none() || drifted)) {
-        store.store_common_term_frequencies(all_chunks)?;
+    if counted_at.is_none() || (store.common_terms_stale()? && (scope.is_none() || drifted)) {
+        store.store_common_term_frequencies()?;
     }
+    // A whole run that wrote checks the index it wrote into: damage found
+    // here is repaired by the caller (`index_scoped`) instead of being left
+    // behind (the quick check reads the whole file, vectors too).
+    if changes > 0 && scope.is_none() {
+        let problems = store.integrity_problems(false)?;
+        if !problems.is_empty() {
+            return Err(anyhow::Error::new(store::Damage(problems.join("; "))));
+        }
+        tracing::info!("indexing: checked after {:.2} s", started.elapsed().as_secs_f64());
+    }
+    report.seconds = started.elapsed().as_secs_f64();
     store.set_meta("last_indexed_at", &now_rfc3339())?;
     store.set_meta("root", &report.root)?;
     store.set_meta(INDEXED_BRANCH, &branch)?;

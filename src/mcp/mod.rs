@@ -191,9 +191,12 @@ pub struct CallPathArgs {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct HealthArgs {
-    /// Fix what can be fixed.
+    /// Fix what can be fixed (a damaged index is rebuilt from the files, keeping its vectors).
     #[serde(default)]
     pub repair: Option<bool>,
+    /// Check the whole database page by page instead of the quick check (slower).
+    #[serde(default)]
+    pub full: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -965,12 +968,13 @@ file out of step, files changed since indexing, missing vectors) with severities
         let started = Instant::now();
         let (root, dir) = (self.root.clone(), self.index_dir.clone());
         let repair = args.repair.unwrap_or(false);
+        let full = args.full.unwrap_or(false);
         let jobs = self.jobs.clone();
         let result = blocking(move || {
             if repair {
                 jobs.stop_embedding();
             }
-            crate::health::check(&root, &dir, repair)
+            crate::health::check(&root, &dir, repair, full)
         })
         .await
         .and_then(data_result);
