@@ -296,6 +296,10 @@ pub struct QueryTerms {
     /// Joined keys ([`joined_key`]) of the words that look like identifiers
     /// (several parts, or the whole query is one word), for exact symbol matches.
     pub identifiers: Vec<String>,
+    /// Those words as typed (`provisionContext`, `poll_future`): a
+    /// definition spelled so is the one asked for, before one that only
+    /// shares the joined key (`ProvisionContext`, `PollFuture`).
+    pub spellings: Vec<String>,
     /// Code quoted in the query ([`code_fragments`]), matched verbatim.
     pub fragments: Vec<String>,
 }
@@ -331,6 +335,9 @@ impl QueryTerms {
                 if !q.identifiers.contains(&key) {
                     q.identifiers.push(key);
                 }
+                if !q.spellings.contains(word) {
+                    q.spellings.push(word.clone());
+                }
             }
             let mut terms = String::new();
             push_word_terms(word, &mut terms);
@@ -347,6 +354,12 @@ impl QueryTerms {
 
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
+    }
+
+    /// Whether `name` is one of the query's identifiers exactly as typed
+    /// (case and separators included).
+    pub fn spells(&self, name: &str) -> bool {
+        self.spellings.iter().any(|s| s == name)
     }
 
     /// An FTS5 MATCH expression that ORs the given terms. Each term is a quoted
@@ -504,6 +517,11 @@ mod tests {
         let q = QueryTerms::parse("parse_config");
         assert_eq!(q.terms, ["parseconfig", "pars", "config"]);
         assert_eq!(q.identifiers, ["parseconfig"]);
+        assert!(q.spells("parse_config"));
+        assert!(!q.spells("parseConfig") && !q.spells("ParseConfig"));
+        let q = QueryTerms::parse("where is provisionContext called");
+        assert_eq!(q.identifiers, ["provisioncontext"]);
+        assert_eq!(q.spellings, ["provisionContext"]);
         let q = QueryTerms::parse("the");
         assert_eq!(q.terms, ["the"]);
     }

@@ -146,6 +146,381 @@ impl std::fmt::Display for QueryPlan {
     assert_eq!(limit["start_line"], 13, "{limit:?}");
 }
 
+/// The first result for `query`, in lexical and in hybrid mode (which must
+/// agree: the index has no vectors, and a lone identifier is answered by its
+/// definitions), as `path:line-line kind symbol`.
+fn first_hit(root: &std::path::Path, query: &str) -> String {
+    let firsts: Vec<String> = ["lexical", "hybrid"]
+        .iter()
+        .map(|mode| {
+            let hits = ken_json(root, &["search", "--json", "--mode", mode, "-k", "3", query]);
+            let hit = &hits[0];
+            format!(
+                "{}:{}-{} {} {}",
+                hit["path"].as_str().unwrap(),
+                hit["start_line"],
+                hit["end_line"],
+                hit["kind"].as_str().unwrap(),
+                hit["symbol"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(firsts[0], firsts[1], "{query}: lexical, then hybrid");
+    firsts[0].clone()
+}
+
+/// The explained factors of the hit of `query` at `path:start_line`.
+fn factor_reasons(root: &std::path::Path, query: &str, at: (&str, u64)) -> Vec<String> {
+    let hits = ken_json(
+        root,
+        &["search", "--json", "--explain", "--mode", "lexical", "-k", "10", query],
+    );
+    let hit = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["path"] == at.0 && h["start_line"] == at.1)
+        .unwrap_or_else(|| panic!("{query}: no hit at {at:?} in {hits}"));
+    hit["explain"]["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["reason"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// (a) An identifier typed exactly finds the definition spelled so, before a
+/// shorter one of another case (which used to win on BM25's length).
+#[test]
+fn an_identifier_typed_exactly_finds_that_spelling_before_a_case_variant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "server/conn.go",
+        r#"package server
+
+import (
+	"bufio"
+	"fmt"
+	"sort"
+)
+
+// conn is one client connection.
+type conn struct {
+	w      *bufio.Writer
+	status int
+	header map[string]string
+}
+
+// writeHeader sends the status line, then every header field in name
+// order, then the blank line that ends the header.
+func (c *conn) writeHeader() error {
+	fmt.Fprintf(c.w, "HTTP/1.1 %d %s\r\n", c.status, statusText(c.status))
+	keys := make([]string, 0, len(c.header))
+	for k := range c.header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(c.w, "%s: %s\r\n", k, c.header[k])
+	}
+	_, err := c.w.WriteString("\r\n")
+	return err
+}
+"#,
+    );
+    write(
+        root,
+        "server/response.go",
+        r#"package server
+
+// Response is what a handler answers.
+type Response struct {
+	status int
+	body   []byte
+}
+
+// WriteHeader records the status code to send.
+func (r *Response) WriteHeader(code int) { r.status = code }
+"#,
+    );
+    write(
+        root,
+        "src/provision.ts",
+        r#"export interface ProvisionOptions {
+  region: string;
+  retries: number;
+}
+
+/** What a provisioned environment holds. */
+export class ProvisionContext {
+  constructor(readonly region: string) {}
+}
+
+/** Creates the environment: asks each region in turn until one answers. */
+export async function provisionContext(options: ProvisionOptions): Promise<ProvisionContext> {
+  let attempt = 0;
+  while (attempt < options.retries) {
+    try {
+      await reserve(options.region);
+      return new ProvisionContext(options.region);
+    } catch (err) {
+      attempt += 1;
+    }
+  }
+  throw new Error(`no region answered after ${attempt} attempts`);
+}
+
+async function reserve(region: string): Promise<void> {
+  if (!region) throw new Error("no region");
+}
+"#,
+    );
+    write(
+        root,
+        "src/limits.rs",
+        r#"/// The deepest nesting a document may have.
+pub const MAX_DEPTH: usize = 64;
+
+/// The nesting depth allowed for `kind`: lists nest less deeply than
+/// objects, and a document of unknown kind gets the default.
+pub fn max_depth(kind: &str) -> usize {
+    match kind {
+        "list" => MAX_DEPTH / 2,
+        "object" => MAX_DEPTH,
+        _ => {
+            let fallback = MAX_DEPTH / 4;
+            fallback.max(8)
+        }
+    }
+}
+"#,
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    for (query, first) in [
+        ("writeHeader", "server/conn.go:16-30 method writeHeader"),
+        ("WriteHeader", "server/response.go:9-10 method WriteHeader"),
+        ("provisionContext", "src/provision.ts:11-23 function provisionContext"),
+        ("ProvisionContext", "src/provision.ts:6-7 class ProvisionContext"),
+        ("max_depth", "src/limits.rs:4-15 function max_depth"),
+        ("MAX_DEPTH", "src/limits.rs:1-2 constant MAX_DEPTH"),
+    ] {
+        assert_eq!(first_hit(root, query), first, "{query}");
+    }
+    // The other spelling is still a result, and says why it comes later.
+    let reasons = factor_reasons(root, "writeHeader", ("server/response.go", 9));
+    assert!(
+        reasons.iter().any(|r| r.starts_with("spelled otherwise than typed")),
+        "{reasons:?}"
+    );
+    // A question writes names as prose does: every definition counts the same.
+    let reasons = factor_reasons(
+        root,
+        "where does the response record its WriteHeader code",
+        ("server/conn.go", 16),
+    );
+    assert!(
+        reasons.contains(&"defines the identifier".to_string()) && !reasons.iter().any(|r| r.starts_with("spelled")),
+        "{reasons:?}"
+    );
+}
+
+/// (b) A type's name finds the declaration that defines it: before its impl
+/// blocks (`unsafe impl Send for Pool {}` is one short line), and, when a
+/// long declaration is split into several chunks, the part that declares it
+/// (not a doc comment alone, not the fields after it).
+#[test]
+fn a_type_name_finds_its_declaration_before_impls_and_other_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/pool.rs",
+        r#"use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fixed set of connections shared by the worker threads: each worker
+/// takes one, uses it and gives it back; when none is free it waits.
+/// Connections are opened lazily, on first use, and closed on drop.
+pub struct Pool {
+    slots: Vec<UnsafeCell<Option<Connection>>>,
+    free: AtomicUsize,
+    address: String,
+}
+
+unsafe impl Send for Pool {}
+
+unsafe impl Sync for Pool {}
+
+/// Closes every open connection.
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            slot.get_mut().take();
+        }
+    }
+}
+
+/// Taking and returning connections.
+impl Pool {
+    pub fn new(address: &str, size: usize) -> Pool {
+        Pool {
+            slots: (0..size).map(|_| UnsafeCell::new(None)).collect(),
+            free: AtomicUsize::new(size),
+            address: address.to_string(),
+        }
+    }
+
+    pub fn available(&self) -> usize {
+        self.free.load(Ordering::Acquire)
+    }
+}
+
+pub struct Connection;
+"#,
+    );
+    // Go: a doc comment and seventy fields, cut in two chunks; the first
+    // holds only the comment.
+    let doc: String = (0..30)
+        .map(|i| format!("// Setting{i}: how the server treats this option, and its default value.\n"))
+        .collect();
+    let fields: String = (0..70).map(|i| format!("\tSetting{i} int\n")).collect();
+    let go = format!(
+        "package config\n\n// Options configures the server.\n{doc}type Options struct {{\n{fields}}}\n\n\
+         func useOptions(o Options) int {{ return o.Setting1 }}\n"
+    );
+    write(root, "config/options.go", &go);
+    // TypeScript: a class whose header (doc comment and fields) is cut in
+    // two; the second part, the fields, names RendererHook fifteen times.
+    let doc: String = (0..40)
+        .map(|i| format!(" * Line {i} of the documentation: what setting {i} does to a frame.\n"))
+        .collect();
+    let fields: String = (0..45)
+        .map(|i| format!("  public setting{i} = {i};\n"))
+        .chain((0..15).map(|i| format!("  public rendererHook{i}?: RendererHook;\n")))
+        .collect();
+    let ts = format!(
+        "/**\n{doc} */\nexport class Renderer {{\n{fields}\n  render(): void {{\n    this.setting1 += 1;\n  }}\n}}\n\n\
+         export function makeRenderer(): Renderer {{\n  return new Renderer();\n}}\n"
+    );
+    write(root, "web/renderer.ts", &ts);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+
+    assert_eq!(first_hit(root, "Pool"), "src/pool.rs:4-11 struct Pool");
+    let reasons = factor_reasons(root, "Pool", ("src/pool.rs", 13));
+    assert!(
+        reasons.iter().any(|r| r.starts_with("an impl of the type")),
+        "{reasons:?}"
+    );
+    let declared_at = |text: &str, line: &str| text.lines().position(|l| l.starts_with(line)).unwrap() as u64 + 1;
+    for (query, path, text, line, kind) in [
+        ("Options", "config/options.go", &go, "type Options struct", "struct"),
+        ("Renderer", "web/renderer.ts", &ts, "export class Renderer", "class"),
+    ] {
+        let hits = ken_json(root, &["search", "--json", "--mode", "lexical", "-k", "10", query]);
+        let at = declared_at(text, line);
+        let first = &hits[0];
+        assert_eq!(
+            (first["path"].as_str(), first["kind"].as_str()),
+            (Some(path), Some(kind))
+        );
+        assert!(
+            first["start_line"].as_u64().unwrap() <= at && at <= first["end_line"].as_u64().unwrap(),
+            "{query}: line {at} is not in {first}"
+        );
+        // Hybrid agrees.
+        let first = first_hit(root, query);
+        assert!(first.starts_with(&format!("{path}:")), "{first}");
+    }
+    // Both declarations were cut in parts (else this test tests nothing).
+    let conn = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
+    for name in ["Options", "Renderer"] {
+        let parts: i64 = conn
+            .query_row("SELECT count(*) FROM chunk_symbols WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert!(parts >= 2, "{name}: {parts} part(s)");
+    }
+}
+
+/// (c) A snake_case function is found before a CamelCase type of the same
+/// words, and the type before the function: a case mismatch like any other.
+#[test]
+fn a_snake_case_function_and_a_camel_case_type_of_the_same_words_are_each_found_by_their_spelling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/harness.rs",
+        r#"use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// What polling a task's future came to.
+enum PollFuture {
+    Complete,
+    Notified,
+    Done,
+}
+
+/// Polls the task's future once, catching a panic, and stores its output
+/// when it is ready; a task woken while it ran is polled again later.
+fn poll_future<T: Future>(future: Pin<&mut T>, cx: &mut Context<'_>) -> Poll<T::Output> {
+    let guard = Guard::new();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.poll(cx)));
+    guard.disarm();
+    match result {
+        Ok(Poll::Ready(output)) => Poll::Ready(output),
+        Ok(Poll::Pending) => Poll::Pending,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+struct Guard;
+"#,
+    );
+    write(
+        root,
+        "web/options.ts",
+        r#"/** Options of one parse. */
+export interface ParseOptions {
+  strict: boolean;
+}
+
+/** Reads the options from the command line: every `--flag` is a boolean,
+ *  unknown flags are errors unless lenient. */
+export function parse_options(argv: string[], lenient = false): ParseOptions {
+  const options: ParseOptions = { strict: false };
+  for (const arg of argv) {
+    if (arg === "--strict") {
+      options.strict = true;
+    } else if (!lenient) {
+      throw new Error(`unknown flag ${arg}`);
+    }
+  }
+  return options;
+}
+"#,
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    for (query, first) in [
+        ("poll_future", "src/harness.rs:12-23 function poll_future"),
+        ("PollFuture", "src/harness.rs:5-10 enum PollFuture"),
+        ("parse_options", "web/options.ts:6-18 function parse_options"),
+        ("ParseOptions", "web/options.ts:1-4 interface ParseOptions"),
+    ] {
+        assert_eq!(first_hit(root, query), first, "{query}");
+    }
+    // Typed in neither spelling, both are definitions of it as before.
+    let reasons = factor_reasons(root, "pollFuture", ("src/harness.rs", 12));
+    assert!(
+        reasons.contains(&"defines the identifier".to_string()) && !reasons.iter().any(|r| r.starts_with("spelled")),
+        "{reasons:?}"
+    );
+}
+
 #[test]
 fn a_named_identifier_narrows_a_packed_chunk_to_all_its_overloads() {
     let tmp = tempfile::tempdir().unwrap();
