@@ -115,11 +115,26 @@ enum Command {
     Path(crate::graph::output::PathArgs),
     /// Where a symbol is defined (with kind and path filters).
     Def(crate::graph::output::DefArgs),
+    /// Where to start: the most important files and their definitions
+    /// (PageRank over references), within a token budget.
+    Map(MapArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
     },
+}
+
+#[derive(Args, Debug)]
+struct MapArgs {
+    /// Tokens the map may take (500 to 16000).
+    #[arg(long, value_name = "TOKENS")]
+    budget: Option<usize>,
+    /// Rank around this: a path (file or folder) or a question.
+    #[arg(long, value_name = "PATH|QUESTION")]
+    focus: Option<String>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -525,6 +540,20 @@ fn run(cli: Cli) -> Result<i32> {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_def(&root, &index_dir, &args)
+        }
+        Command::Map(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            let budget = args.budget.unwrap_or(crate::context::map::DEFAULT_MAP_BUDGET);
+            let budget = crate::context::pack::checked_budget(Some(budget))?;
+            let focus = crate::context::map::Focus::parse(&root, args.focus.as_deref());
+            let map = crate::context::map::repo_map(&root, &index_dir, focus, budget)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&map)?);
+            } else {
+                print_pack(&map.map);
+            }
+            Ok(0)
         }
         Command::Status { json } => {
             let root = resolve_root(cli.root.as_deref())?;
@@ -1082,6 +1111,25 @@ fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     }
     let rows: Vec<JsonHit> = hits.iter().map(|(base, hit)| JsonHit { base, hit }).collect();
     Ok(serde_json::to_value(rows)?)
+}
+
+/// A pack for people: each piece under its `path:lines`, then what was left out.
+fn print_pack(pack: &crate::context::pack::Pack) {
+    let s = Style::stdout();
+    for piece in &pack.pieces {
+        let label = if piece.label.is_empty() {
+            String::new()
+        } else {
+            format!("  {}", s.dim(&piece.label))
+        };
+        println!("{}{label}", s.path(&format!("{}:{}", piece.path, piece.lines)));
+        for line in piece.text.lines() {
+            println!("  {line}");
+        }
+    }
+    if let Some(left_out) = &pack.left_out {
+        println!("{}", s.dim(left_out));
+    }
 }
 
 #[cfg(test)]

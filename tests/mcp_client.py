@@ -186,6 +186,13 @@ async def main():
             for args, needle in (({"symbol": "no_such_symbol"}, ""), ({"symbol": "load", "direction": "sideways"}, "direction"), ({"symbol": " "}, "symbol")):
                 await expect_error(session, "call_graph", args, needle)
 
+            # Where to start: a map within its budget, listing the definitions.
+            out = structured(await session.call_tool("repo_map", {"budget": 500}))
+            listed = "\n".join(p["text"] for p in out["map"]["pieces"])
+            check("pub struct AppConfig" in listed and out["files"] >= 3, f"repo_map: {out}")
+            check(out["map"]["tokens"] <= 500, f"repo_map budget: {out}")
+            await expect_error(session, "repo_map", {"budget": 100}, "budget")
+
             # Paths never leave the root.
             for target in ["../../../etc/passwd:1", "/etc/passwd:1", "src/../../x.rs:3"]:
                 result = await session.call_tool("find_similar", {"target": target, "limit": 5})

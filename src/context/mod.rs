@@ -2,4 +2,5 @@
 //! branch catalog: what a question needs, what an edit needs, what a change
 //! affects, where to start. [`pack`] fits each into a token budget.
 
+pub mod map;
 pub mod pack;

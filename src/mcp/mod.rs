@@ -182,6 +182,17 @@ pub struct CallGraphArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RepoMapArgs {
+    /// Tokens the map may take (default 2000).
+    #[serde(default)]
+    #[schemars(range(min = 500, max = 16000))]
+    pub budget: Option<usize>,
+    /// Rank around this: a path (file or folder) or a question.
+    #[serde(default)]
+    pub focus: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct CallPathArgs {
     /// Where the calls start: a symbol name, `path:line`, or symbol id.
     pub from: String,
@@ -1109,6 +1120,35 @@ name returns candidates.",
     }
 
     #[tool(
+        description = "Where to start in an unfamiliar repository: its most important files with their key \
+definitions (signature lines), ranked by how much the code refers to them, optionally around a path or a \
+question. One call instead of listing folders and opening files.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::context::map::RepoMap>()
+    )]
+    async fn repo_map(
+        &self,
+        Parameters(Args(args)): Parameters<Args<RepoMapArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let budget =
+            crate::context::pack::checked_budget(Some(args.budget.unwrap_or(crate::context::map::DEFAULT_MAP_BUDGET)));
+        let result = match budget {
+            Err(e) => Ok(tool_error(format!("{e:#}"))),
+            Ok(budget) => {
+                let (root, dir) = (self.root.clone(), self.index_dir.clone());
+                blocking(move || {
+                    let focus = crate::context::map::Focus::parse(&root, args.focus.as_deref());
+                    crate::context::map::repo_map(&root, &dir, focus, budget)
+                })
+                .await
+                .and_then(data_result)
+            }
+        };
+        self.finish("repo_map", started, result)
+    }
+
+    #[tool(
         description = "The shortest chain of calls from one symbol to another (how does A reach B?), with call \
 sites; no edges when none within 12 calls.",
         annotations(read_only_hint = true),
@@ -1652,6 +1692,8 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
         index_dir.display(),
         tools.map.len()
     );
+    // The context tools count tokens: their first call should not load the tokenizer.
+    std::thread::spawn(crate::context::pack::warm_up);
     // The watcher logs to stderr and the log file only; it stops when dropped.
     let watcher = opts.watch.and_then(|watch| {
         crate::watch::spawn(root.clone(), index_dir.clone(), watch)
