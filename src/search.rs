@@ -254,6 +254,10 @@ pub struct Searcher {
     /// Benchmarks only: rank with FTS5's own `bm25()`, the baseline of `ken_bm25`.
     stock_bm25: std::sync::atomic::AtomicBool,
     last_phases: std::sync::Mutex<SearchPhases>,
+    /// Set by a server that loads the model in the background: while it is
+    /// true, a hybrid search of this searcher answers lexically (and says
+    /// so) instead of loading the model itself.
+    model_loading_elsewhere: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What semantic search needs: the embedder of the index's vectors and the
@@ -674,7 +678,31 @@ impl Searcher {
             fusion_weights_set: Fusion::weights_set_in_env(),
             stock_bm25: Default::default(),
             last_phases: Default::default(),
+            model_loading_elsewhere: None,
         })
+    }
+
+    /// Hybrid searches answer lexically while `loading` is true, unless this
+    /// searcher has its model already (see [`Searcher::load_model`]).
+    pub fn defer_model_while(&mut self, loading: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.model_loading_elsewhere = Some(loading);
+    }
+
+    /// Loads the query embedder and the vector index now and embeds a query
+    /// once (the first forward pass is the slow one), so that the first
+    /// search does not wait for them. `Err`: why semantic search is not
+    /// available (no vectors yet, no model).
+    pub fn load_model(&self) -> Result<(), String> {
+        let side = self.semantic_side()?;
+        side.embed_query("warm up").map(drop).map_err(|e| format!("{e:#}"))
+    }
+
+    fn model_deferred(&self) -> bool {
+        self.semantic.get().is_none()
+            && self
+                .model_loading_elsewhere
+                .as_ref()
+                .is_some_and(|l| l.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Ranks lexical candidates with FTS5's own `bm25()` (same results,
@@ -912,7 +940,9 @@ impl Searcher {
         let fetch = (req.limit * OVERFETCH).max(50);
         // A query of several words will use its vector: embed it on another
         // core while this one runs the lexical side (the model is the slower half).
-        let prefetch = req.mode != SearchMode::Lexical && req.query.split_whitespace().count() > 1;
+        // Semantic mode waits for the model; hybrid answers lexically meanwhile.
+        let deferred = req.mode == SearchMode::Hybrid && self.model_deferred();
+        let prefetch = req.mode != SearchMode::Lexical && !deferred && req.query.split_whitespace().count() > 1;
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
         // Quoted code is a lexical signal: semantic mode ranks by meaning alone.
         let fragments: &[String] = if req.mode == SearchMode::Semantic {
@@ -965,7 +995,7 @@ impl Searcher {
         let semantic_on = match (
             req.mode,
             self.semantic_side_unless(
-                req.mode == SearchMode::Lexical || (req.mode == SearchMode::Hybrid && lone_identifier),
+                req.mode == SearchMode::Lexical || (req.mode == SearchMode::Hybrid && (lone_identifier || deferred)),
             ),
         ) {
             (SearchMode::Lexical, _) => false,
@@ -1004,6 +1034,13 @@ impl Searcher {
                 false
             }
         };
+        if deferred && !lone_identifier {
+            self.set_notice(
+                "lexical results only: the embedding model is still loading (the server has just started); \
+                 the next searches use it"
+                    .to_string(),
+            );
+        }
         let vector_done = Instant::now();
         // Fusion weighs every candidate on both sides: the ones only the
         // vector side found get their BM25 too (a chunk middling on both sides

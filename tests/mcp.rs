@@ -575,3 +575,58 @@ fn a_server_respects_no_embed_and_a_short_lived_one_starts_no_embedding() {
         "an index built with --no-embed stays lexical"
     );
 }
+
+/// A server loads the query model on another thread as it starts: a hybrid
+/// search before it is ready answers at once with the lexical results and
+/// says so; once it is ready, answers use the vectors.
+#[test]
+fn a_hybrid_search_before_the_model_is_loaded_answers_lexically_and_says_so() {
+    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "-q"]);
+    let query = "check whether a token has expired";
+    let lexical: Vec<String> = ken_json(root, &["search", "--json", "--mode", "lexical", "-k", "5", query])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| format!("{}:{}", h["path"].as_str().unwrap(), h["start_line"]))
+        .collect();
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve", "--no-watch"]);
+    let mut server = RawServer::spawn(cmd);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (mut early, mut id) = (0, 2);
+    loop {
+        let answer = server.call_and_wait(
+            id,
+            "codebase_search",
+            serde_json::json!({"query": query, "limit": 5, "explain": true}),
+        );
+        let out = &answer["result"]["structuredContent"];
+        let results = out["results"].as_array().unwrap();
+        let loading = out["notice"].as_str().is_some_and(|n| n.contains("still loading"));
+        if loading {
+            early += 1;
+            let found: Vec<String> = results
+                .iter()
+                .map(|h| format!("{}:{}", h["path"].as_str().unwrap(), h["start_line"]))
+                .collect();
+            assert_eq!(found, lexical, "while the model loads, the lexical answer: {out}");
+            assert!(results.iter().all(|h| h["explain"].get("cosine").is_none()), "{out}");
+        } else {
+            assert!(
+                results.iter().any(|h| h["explain"]["cosine"].is_number()),
+                "once loaded, the vectors take part: {out}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the model never finished loading");
+        id += 1;
+    }
+    // The first search comes ~20 ms after the start; loading MiniLM takes 100+ ms.
+    assert!(early >= 1, "the first search did not wait for the model");
+    eprintln!("{early} answers came before the model was ready");
+    server.close();
+}

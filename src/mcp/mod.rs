@@ -395,6 +395,10 @@ struct BasesFound {
 #[derive(Default)]
 struct SearcherPool {
     idle: Mutex<HashMap<String, Vec<Searcher>>>,
+    /// The project's model is being loaded in the background
+    /// ([`KenServer::load_model_in_background`]): new project searchers answer
+    /// hybrid searches lexically meanwhile.
+    model_loading: Arc<AtomicBool>,
 }
 
 impl SearcherPool {
@@ -405,13 +409,20 @@ impl SearcherPool {
             .unwrap_or_else(|e| e.into_inner())
             .get_mut(base)
             .and_then(Vec::pop);
+        let open = || -> anyhow::Result<Searcher> {
+            let mut searcher = Searcher::open(root, index_dir)?;
+            if base == PROJECT {
+                searcher.defer_model_while(self.model_loading.clone());
+            }
+            Ok(searcher)
+        };
         match pooled {
             // A searcher of another branch (HEAD moved) is not reused.
             Some(mut s) => match s.refresh(root) {
                 true => Ok(s),
-                false => Searcher::open(root, index_dir),
+                false => open(),
             },
-            None => Searcher::open(root, index_dir),
+            None => open(),
         }
     }
 
@@ -592,6 +603,30 @@ fn data_result<T: Serialize>(outcome: anyhow::Result<T>) -> Result<CallToolResul
 }
 
 impl KenServer {
+    /// Loads the project's query model and vector index on another thread
+    /// and puts the searcher in the pool: the first hybrid search does not
+    /// wait for the model (it answers lexically until it is loaded); then
+    /// the tokenizer of the context tools.
+    fn load_model_in_background(&self) {
+        let (pool, root, index_dir) = (self.pool.clone(), self.root.clone(), self.index_dir.clone());
+        pool.model_loading.store(true, Ordering::SeqCst);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            match Searcher::open(&root, &index_dir) {
+                Ok(searcher) => match searcher.load_model() {
+                    Ok(()) => {
+                        tracing::info!("model loaded in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
+                        pool.give(PROJECT, searcher);
+                    }
+                    Err(why) => tracing::info!("no model loaded: {why}"),
+                },
+                Err(e) => tracing::info!("no model loaded: {e:#}"),
+            }
+            pool.model_loading.store(false, Ordering::SeqCst);
+            // The context tools count tokens: their first call should not load the tokenizer either.
+            crate::context::pack::warm_up();
+        });
+    }
     pub fn new(
         root: PathBuf,
         index_dir: PathBuf,
@@ -1692,8 +1727,6 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
         index_dir.display(),
         tools.map.len()
     );
-    // The context tools count tokens: their first call should not load the tokenizer.
-    std::thread::spawn(crate::context::pack::warm_up);
     // The watcher logs to stderr and the log file only; it stops when dropped.
     let watcher = opts.watch.and_then(|watch| {
         crate::watch::spawn(root.clone(), index_dir.clone(), watch)
@@ -1713,6 +1746,7 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
         .collect();
     let mut server = KenServer::new(root, index_dir, tools, allowed);
     server.watch = watcher.as_ref().map(|w| w.state());
+    server.load_model_in_background();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(async move {
         let front = stdio::checked_stdio();
