@@ -467,6 +467,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
         "find_similar",
         "call_graph",
         "call_graph_path",
+        "symbol_context",
         "index_status",
     ] {
         assert!(names.contains(&needed), "{needed} is served by default: {names:?}");
