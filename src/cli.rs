@@ -118,6 +118,9 @@ enum Command {
     /// Where to start: the most important files and their definitions
     /// (PageRank over references), within a token budget.
     Map(MapArgs),
+    /// Context for an edit within a token budget: `--symbol NAME` gives its body,
+    /// signature, doc, callers' call sites, callees, tests and last commits.
+    Context(ContextArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
@@ -133,6 +136,24 @@ struct MapArgs {
     /// Rank around this: a path (file or folder) or a question.
     #[arg(long, value_name = "PATH|QUESTION")]
     focus: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct ContextArgs {
+    /// A question or task (what to read before answering it).
+    query: Option<String>,
+    /// A symbol to edit: name, `Type.name`, `path:line` or symbol id.
+    #[arg(long, value_name = "NAME", conflicts_with = "query")]
+    symbol: Option<String>,
+    /// Tokens the whole answer may take (500 to 16000).
+    #[arg(long)]
+    budget: Option<usize>,
+    /// With --symbol: only where it is defined (`path:line kind name`).
+    #[arg(long, requires = "symbol")]
+    locations: bool,
+    /// Compact JSON (the MCP tool's answer).
     #[arg(long)]
     json: bool,
 }
@@ -329,6 +350,13 @@ enum BenchCommand {
         /// Let the watcher embed (use a small --files).
         #[arg(long)]
         embed: bool,
+    },
+    /// In-process latency of symbol_context (`ken context --symbol`) on sampled symbols of the index.
+    Context {
+        #[arg(long, default_value_t = 200)]
+        samples: usize,
+        #[arg(long, default_value_t = crate::context::pack::DEFAULT_BUDGET)]
+        budget: usize,
     },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
@@ -554,6 +582,17 @@ fn run(cli: Cli) -> Result<i32> {
                 print_pack(&map.map);
             }
             Ok(0)
+        }
+        Command::Context(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            match (&args.symbol, &args.query) {
+                (Some(symbol), _) => {
+                    crate::context::symbol::run_cli(&root, &index_dir, symbol, args.budget, args.locations, args.json)
+                }
+                (None, Some(_)) => anyhow::bail!("ken context QUERY: not built yet"),
+                (None, None) => anyhow::bail!("ken context: give a QUERY or --symbol NAME"),
+            }
         }
         Command::Status { json } => {
             let root = resolve_root(cli.root.as_deref())?;
@@ -803,6 +842,15 @@ fn run(cli: Cli) -> Result<i32> {
                 debounce_ms,
                 embed,
             })?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+            Ok(0)
+        }
+        Command::Bench {
+            what: BenchCommand::Context { samples, budget },
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            let r = crate::context::symbol::bench(&root, &index_dir, samples, budget)?;
             println!("{}", serde_json::to_string_pretty(&r)?);
             Ok(0)
         }

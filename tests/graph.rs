@@ -10,26 +10,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use common::{git, ken, ken_json, ken_ok, write};
+use common::{copy_dir, git, ken, ken_json, ken_ok, write};
 use ken::graph::query::Graph;
 use ken::index::{index, IndexOptions};
 use ken::store::Store;
 
 fn fixture_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/graph")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else if entry.file_name() != "edges.txt" {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// Every edge the graph finds in the fixture of `lang`, as `describe()` lines.

@@ -18,13 +18,13 @@ from mcp.shared.exceptions import MCPError
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
 EXPECTED_TOOLS = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "index_codebase",
-    "index_status", "index_health_check", "index_metrics", "index_logs", "add_knowledge_base",
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context",
+    "index_codebase", "index_status", "index_health_check", "index_metrics", "index_logs", "add_knowledge_base",
     "list_knowledge_bases", "remove_knowledge_base",
 }
 READ_ONLY = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "index_status",
-    "index_metrics", "index_logs", "list_knowledge_bases",
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context",
+    "index_status", "index_metrics", "index_logs", "list_knowledge_bases",
 }
 DATA_TOOLS = EXPECTED_TOOLS
 
@@ -192,6 +192,17 @@ async def main():
             check("pub struct AppConfig" in listed and out["files"] >= 3, f"repo_map: {out}")
             check(out["map"]["tokens"] <= 500, f"repo_map budget: {out}")
             await expect_error(session, "repo_map", {"budget": 100}, "budget")
+            # Context for an edit: the body, a known caller with its call site, within the budget.
+            out = structured(await session.call_tool("symbol_context", {"symbol": "AppConfig", "budget": 500}))
+            check(out["symbol"]["path"] == "src/lib.rs" and out["symbol"]["kind"] == "struct", f"symbol_context: {out}")
+            check(any(c.endswith(" AppConfig.load (constructor)") for c in out["callers"]), f"symbol_context callers: {out}")
+            roles = [p["role"] for p in out["pack"]["pieces"]]
+            check(roles and roles[0] == "body", f"symbol_context pieces: {roles}")
+            check(len(json.dumps(out, separators=(",", ":"))) < 500 * 4, f"symbol_context stays small: {out}")
+            out = structured(await session.call_tool("symbol_context", {"symbol": "load", "locations_only": True}))
+            check(out["locations"] == ["src/lib.rs:20 method AppConfig.load"], f"symbol_context locations: {out}")
+            for args, needle in (({"symbol": "AppConfg"}, "close names: AppConfig"), ({"symbol": "load", "budget": 100}, "budget"), ({"symbol": " "}, "symbol")):
+                await expect_error(session, "symbol_context", args, needle)
 
             # Paths never leave the root.
             for target in ["../../../etc/passwd:1", "/etc/passwd:1", "src/../../x.rs:3"]:

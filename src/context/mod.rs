@@ -4,3 +4,4 @@
 
 pub mod map;
 pub mod pack;
+pub mod symbol;

@@ -53,7 +53,7 @@ pub struct DefArgs {
 }
 
 /// Prints the candidates of an ambiguous symbol argument; exit code 2.
-fn ambiguous(e: anyhow::Error, json: bool) -> Result<i32> {
+pub fn ambiguous(e: anyhow::Error, json: bool) -> Result<i32> {
     let Some(amb) = e.downcast_ref::<Ambiguous>() else {
         return Err(e);
     };

@@ -292,6 +292,11 @@ impl<'c> Graph<'c> {
         }
     }
 
+    /// The catalog key of the branch.
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
     /// Definitions named `name` on the branch.
     pub fn symbols_named(&mut self, name: &str) -> Result<Rc<Vec<Rc<Symbol>>>> {
         if let Some(found) = self.by_name.get(name) {

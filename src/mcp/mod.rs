@@ -665,6 +665,10 @@ functions with their code.",
             ("find_similar", "find_similar finds code like a snippet or a path:line"),
             ("call_graph", "call_graph gives callers and callees"),
             (
+                "symbol_context",
+                "symbol_context gives what an edit of one symbol needs (body, callers, callees, tests, commits)",
+            ),
+            (
                 "call_graph_path",
                 "call_graph_path shows how one symbol reaches another",
             ),
@@ -1203,6 +1207,38 @@ sites; no edges when none within 12 calls.",
                 .and_then(data_result)
         };
         self.finish("call_graph_path", started, result)
+    }
+
+    #[tool(
+        description = "Everything an edit of one symbol needs, in one call within a token budget (default 3000): \
+its body, signature and doc, its callers' call sites (same folder first, tests last), its callees' signatures, \
+the tests that call it, the last commits that changed it. Use it instead of search and reading files when you \
+know the symbol; locations_only answers \"where is X defined?\". An ambiguous name returns candidates.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::context::symbol::SymbolContext>()
+    )]
+    async fn symbol_context(
+        &self,
+        Parameters(Args(args)): Parameters<Args<crate::context::symbol::SymbolContextArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = if args.symbol.trim().is_empty() {
+            Ok(tool_error(
+                "`symbol` is empty: give a name, Type.name, path:line or symbol id",
+            ))
+        } else {
+            let (root, dir) = (self.root.clone(), self.index_dir.clone());
+            blocking(move || {
+                if args.locations_only.unwrap_or(false) {
+                    crate::context::symbol::locations(&root, &dir, &args.symbol)
+                } else {
+                    crate::context::symbol::symbol_context(&root, &dir, &args.symbol, args.budget)
+                }
+            })
+            .await
+            .and_then(data_result)
+        };
+        self.finish("symbol_context", started, result)
     }
 }
 

@@ -58,6 +58,20 @@ pub fn search(dir: &Path, query: &str, k: usize) -> Vec<Value> {
         .clone()
 }
 
+/// Copies a fixture folder, without its `edges.txt` (the expected graph).
+pub fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "edges.txt" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 pub fn write(root: &Path, rel: &str, text: &str) {
     let path = root.join(rel);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();

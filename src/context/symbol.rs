@@ -1,0 +1,888 @@
+//! Context for an edit (`symbol_context`, `ken context --symbol NAME`): one
+//! symbol with its body, signature and doc, its callers' call sites (same
+//! folder first, tests last), its callees' signatures, the tests that call
+//! it and the last commits that changed its lines, packed into a budget
+//! that covers the whole answer as serialized. `locations_only` is the cheap
+//! mode: where the name is defined, nothing else.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use super::pack::{self, Candidate, Pack};
+use crate::graph::query::{Direction, Edge, Graph, Symbol};
+use crate::graph::resolve::Confidence;
+use crate::store::Store;
+
+/// Arguments of the `symbol_context` tool.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SymbolContextArgs {
+    /// A symbol: name (`parse`), `Type.name`, `path:line` or symbol id.
+    pub symbol: String,
+    /// Tokens the whole answer may take (default 3000).
+    #[serde(default)]
+    #[schemars(range(min = 500, max = 16000))]
+    pub budget: Option<usize>,
+    /// Only where the name is defined (`path:line kind name`): the cheap "where is X defined?".
+    #[serde(default)]
+    pub locations_only: Option<bool>,
+}
+
+/// The symbol asked about.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SymbolInfo {
+    pub id: i64,
+    /// `Container.name`, or the name.
+    pub name: String,
+    pub kind: String,
+    pub path: String,
+    /// `start-end`, 1-based, inclusive.
+    pub lines: String,
+    pub signature: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doc: Option<String>,
+}
+
+/// A commit that changed the symbol's lines.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Commit {
+    /// Short commit id.
+    pub id: String,
+    /// `YYYY-MM-DD` (UTC).
+    pub date: String,
+    pub author: String,
+    pub summary: String,
+}
+
+/// What an edit of one symbol needs, within a token budget.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct SymbolContext {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<SymbolInfo>,
+    /// Call sites outside tests, same folder first: `path:line caller`
+    /// (with the edge kind when not a call, `ambiguous` when the name may mean another definition).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<String>,
+    /// Tests that call it: `path:line test`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<String>,
+    /// Body (first; a long one cut to its head), call sites with a few lines
+    /// around, callees' signatures, tests; what did not fit is named in `left_out`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pack: Option<Pack>,
+    /// The last commits that changed its lines, newest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub commits: Vec<Commit>,
+    /// Locations only: every definition of the name, `path:line kind name`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<String>,
+    /// Why something is missing or partial (no git history, a long caller list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Callers or tests listed by name at most (the pack holds their code).
+const MAX_LISTED: usize = 25;
+/// Call sites offered to the pack at most.
+const MAX_SITES: usize = 120;
+/// Lines shown on each side of a call site.
+const SITE_CONTEXT: usize = 2;
+/// Commits listed at most.
+const MAX_COMMITS: usize = 3;
+/// Share of the pack the head of the body may take before the others are offered.
+const BODY_HEAD_SHARE: f64 = 0.55;
+
+/// The context of `spec` in the index of `root`, in `budget` tokens (the
+/// compact JSON of the answer never exceeds it).
+pub fn symbol_context(root: &Path, index_dir: &Path, spec: &str, budget: Option<usize>) -> Result<SymbolContext> {
+    let budget = pack::checked_budget(budget)?;
+    let store = Store::open_for_read(index_dir)?;
+    let mut graph = Graph::open(&store, root)?;
+    let symbol = match graph.lookup_one(spec) {
+        Ok(s) => s,
+        Err(e) if e.downcast_ref::<crate::graph::query::Ambiguous>().is_some() => return Err(e),
+        Err(_) => bail!("{}", unknown(&store, &graph, spec)?),
+    };
+    let mut files = Files::new(root, &store);
+    let info = symbol_info(&symbol, &mut files)?;
+    let callers = graph.call_graph(&symbol, Direction::Callers, 1)?;
+    let callees = graph.call_graph(&symbol, Direction::Callees, 1)?;
+    let callers_edges: Vec<&Edge> = callers.edges.iter().filter(|e| e.kind != "import").collect();
+    let (tests, others): (Vec<&Edge>, Vec<&Edge>) = callers_edges.into_iter().partition(|e| is_test_caller(e));
+    let others = ranked_callers(others, &symbol.path);
+    let tests = ranked_callers(tests, &symbol.path);
+    let (commits, mut note) = match last_commits(root, &symbol, &mut files) {
+        Ok(c) => c,
+        Err(e) => (Vec::new(), Some(format!("no commits: {e:#}"))),
+    };
+    if callers.truncated {
+        note = join_notes(note, callers.note.clone());
+    }
+
+    let mut candidates = Vec::new();
+    candidates.extend(body_candidate(&symbol, &info, &mut files)?);
+    for (rank, e) in others.iter().take(MAX_SITES).enumerate() {
+        candidates.extend(site_candidate(e, "caller", 60.0 - rank as f64 * 0.1, &mut files)?);
+    }
+    let mut seen_callees = HashSet::new();
+    for (rank, e) in callees.edges.iter().filter(|e| e.kind != "import").enumerate() {
+        if e.to.id != symbol.id && seen_callees.insert(e.to.id) {
+            candidates.extend(signature_candidate(&e.to, 35.0 - rank as f64 * 0.1, &mut files)?);
+        }
+    }
+    for (rank, e) in tests.iter().take(MAX_SITES).enumerate() {
+        candidates.extend(site_candidate(e, "test", 25.0 - rank as f64 * 0.1, &mut files)?);
+    }
+
+    let mut out = SymbolContext {
+        symbol: Some(info),
+        callers: listed(&others),
+        tests: listed(&tests),
+        pack: None,
+        commits,
+        note,
+        ..SymbolContext::default()
+    };
+    fit(&mut out, candidates, budget);
+    Ok(out)
+}
+
+/// Fills `out.pack` so that the compact JSON of `out` fits `budget`: the
+/// pack gets what the other fields leave, less a margin, and is packed again
+/// smaller while the whole is over (token counts of parts do not add up exactly).
+fn fit(out: &mut SymbolContext, candidates: Vec<Candidate>, budget: usize) {
+    // The packer's `left_out` line is reserved here; the margin covers
+    // tokens that merge where the parts meet.
+    const LEFT_OUT_RESERVE: usize = 120;
+    const MARGIN: usize = 8;
+    /// Share of the budget the fields besides the pack may take before the lists are shortened.
+    const FIXED_SHARE: f64 = 0.4;
+    out.pack = Some(Pack {
+        pieces: Vec::new(),
+        tokens: 0,
+        left_out: None,
+    });
+    while tokens_of(out) as f64 > budget as f64 * FIXED_SHARE && (out.callers.len() > 1 || out.tests.len() > 1) {
+        // Long caller lists give way to code: halve the longer one.
+        if out.callers.len() >= out.tests.len() {
+            shorten(&mut out.callers);
+        } else {
+            shorten(&mut out.tests);
+        }
+    }
+    let fixed = tokens_of(out);
+    let mut room = budget.saturating_sub(fixed + LEFT_OUT_RESERVE + MARGIN);
+    let mut best: Option<Pack> = None;
+    let head_tokens = (room as f64 * BODY_HEAD_SHARE) as usize;
+    // Shrink the room while the whole is over; grow it by what the reserve
+    // left unused; keep the last pack that fit.
+    let (mut fits_at, mut over_at) = (0, usize::MAX);
+    for _ in 0..12 {
+        let offered = split_body(candidates.clone(), head_tokens.min(room));
+        let mut packed = pack::pack(offered, room.max(2));
+        say_body_cut(&mut packed, &candidates);
+        let used = packed.tokens;
+        out.pack = Some(packed);
+        let total = tokens_of(out);
+        let next = if total <= budget {
+            fits_at = room;
+            best = out.pack.take();
+            // More of the pack can cost at most what is left.
+            used + (budget - total).saturating_sub(MARGIN)
+        } else {
+            over_at = room;
+            room.saturating_sub(total - budget + MARGIN)
+        };
+        if next <= fits_at || next >= over_at || next < 2 {
+            break;
+        }
+        room = next;
+    }
+    out.pack = Some(best.unwrap_or_else(|| Pack {
+        pieces: Vec::new(),
+        tokens: 0,
+        left_out: Some("left out: everything; ask with a larger budget".to_string()),
+    }));
+}
+
+/// Names the body's lines that did not fit first in the `left_out` line
+/// (the packer names the first few it left out, and the body's rest is offered last).
+fn say_body_cut(packed: &mut Pack, candidates: &[Candidate]) {
+    let Some(body) = candidates.iter().find(|c| c.role == "body") else {
+        return;
+    };
+    let shown = packed
+        .pieces
+        .iter()
+        .filter(|p| p.role == "body" && p.path == body.path)
+        .filter_map(|p| p.lines.split_once('-').and_then(|(_, end)| end.parse::<usize>().ok()))
+        .max();
+    match (shown, &packed.left_out) {
+        (Some(end), Some(left)) if end < body.end_line => {
+            let rest = left.strip_prefix("left out: ").unwrap_or(left);
+            packed.left_out = Some(format!(
+                "left out: the body's lines {}-{} ({}); {rest}",
+                end + 1,
+                body.end_line,
+                body.path
+            ));
+        }
+        _ => {}
+    }
+}
+
+/// Halves a list of callers, counting what it leaves out in its last entry.
+fn shorten(list: &mut Vec<String>) {
+    let mut more: usize = match list.last().and_then(|l| l.strip_prefix("… ")) {
+        Some(rest) => {
+            let n = rest.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            list.pop();
+            n
+        }
+        None => 0,
+    };
+    let keep = list.len() / 2;
+    more += list.len() - keep;
+    list.truncate(keep);
+    list.push(format!("… {more} more"));
+}
+
+/// The body as two touching pieces when it is long: its head (about
+/// `head_tokens`), which comes first, and the rest, offered last; they merge into
+/// one piece when both fit.
+fn split_body(mut candidates: Vec<Candidate>, head_tokens: usize) -> Vec<Candidate> {
+    let Some(at) = candidates.iter().position(|c| c.role == "body") else {
+        return candidates;
+    };
+    let body = candidates.remove(at);
+    let lines: Vec<&str> = body.text.split('\n').collect();
+    let mut used = 0;
+    let mut head = lines.len();
+    for (i, l) in lines.iter().enumerate() {
+        used += pack::count_tokens(l) + 1;
+        if used > head_tokens {
+            head = i.max(1);
+            break;
+        }
+    }
+    let piece = |from: usize, to: usize, priority: f64| Candidate {
+        start_line: body.start_line + from,
+        end_line: body.start_line + to - 1,
+        text: lines[from..to].join("\n"),
+        priority,
+        ..body.clone()
+    };
+    candidates.push(piece(0, head, body.priority));
+    if head < lines.len() {
+        candidates.push(piece(head, lines.len(), 10.0));
+    }
+    candidates
+}
+
+fn tokens_of(out: &SymbolContext) -> usize {
+    pack::count_tokens(&serde_json::to_string(out).unwrap_or_default())
+}
+
+fn join_notes(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Only where `spec` is defined: every definition it names, as `path:line kind name`.
+pub fn locations(root: &Path, index_dir: &Path, spec: &str) -> Result<SymbolContext> {
+    let store = Store::open_for_read(index_dir)?;
+    let mut graph = Graph::open(&store, root)?;
+    let found = graph.lookup(spec)?;
+    if found.is_empty() {
+        bail!("{}", unknown(&store, &graph, spec)?);
+    }
+    Ok(SymbolContext {
+        locations: found
+            .iter()
+            .map(|s| format!("{}:{} {} {}", s.path, s.line, s.kind, s.qualified()))
+            .collect(),
+        ..SymbolContext::default()
+    })
+}
+
+/// "no definition `X`" with the close names the branch has (same name in
+/// another case, or names containing it).
+fn unknown(store: &Store, graph: &Graph, spec: &str) -> Result<String> {
+    let spec = spec.trim();
+    let name = spec
+        .rsplit(['.', ':', '#'])
+        .next()
+        .filter(|n| !n.is_empty() && !n.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or(spec);
+    let mut message = format!("no definition `{spec}` on this branch");
+    if name.is_empty() || name.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(message);
+    }
+    let escape = |s: &str| s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+    // Names containing it (any case), else names of its first two letters
+    // within a few edits of it (a typo).
+    let first_two: String = name.chars().take(2).collect();
+    let mut close: Vec<(String, String, u32)> = Vec::new();
+    for (pattern, limit) in [
+        (format!("%{}%", escape(name)), 8),
+        (format!("{}%", escape(&first_two)), 2000),
+    ] {
+        close = store
+            .conn
+            .prepare_cached(
+                "SELECT s.name, f.path, s.line FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
+                 JOIN files f ON f.id = s.file_id
+                 WHERE s.name LIKE ?2 ESCAPE '\\' AND s.kind != 'impl'
+                 ORDER BY length(s.name), s.name, f.path LIMIT ?3",
+            )?
+            .query_map(params![graph.branch(), pattern, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        if limit > 8 {
+            let wanted = name.to_lowercase();
+            let most = (wanted.chars().count() / 3).max(1);
+            let mut typos: Vec<(usize, (String, String, u32))> = close
+                .into_iter()
+                .map(|c| (edit_distance(&c.0.to_lowercase(), &wanted), c))
+                .filter(|(d, _)| *d <= most)
+                .collect();
+            typos.sort_by_key(|(d, _)| *d);
+            close = typos.into_iter().take(8).map(|(_, c)| c).collect();
+        }
+        if !close.is_empty() {
+            break;
+        }
+    }
+    if close.is_empty() {
+        message.push_str("; no close name either: find it with codebase_search (`ken search`)");
+    } else {
+        let names: Vec<String> = close.iter().map(|(n, p, l)| format!("{n} ({p}:{l})")).collect();
+        message.push_str(&format!("; close names: {}", names.join(", ")));
+    }
+    Ok(message)
+}
+
+/// Levenshtein distance of two words (by characters).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Callers in the symbol's file first, then its folder, then the others,
+/// each by path and line.
+fn ranked_callers<'e>(mut edges: Vec<&'e Edge>, symbol_path: &str) -> Vec<&'e Edge> {
+    let folder = parent_dir(symbol_path);
+    let distance = |e: &Edge| {
+        if e.call_site.path == symbol_path {
+            0
+        } else if parent_dir(&e.call_site.path) == folder {
+            1
+        } else {
+            2
+        }
+    };
+    edges.sort_by(|a, b| {
+        distance(a)
+            .cmp(&distance(b))
+            .then_with(|| a.call_site.path.cmp(&b.call_site.path))
+            .then(a.call_site.line.cmp(&b.call_site.line))
+    });
+    edges.dedup_by(|a, b| a.call_site == b.call_site && a.from.id == b.from.id);
+    edges
+}
+
+fn parent_dir(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(d, _)| d)
+}
+
+/// Test code: a test file, a test module, or a function named as a test.
+fn is_test_caller(e: &Edge) -> bool {
+    let from = &e.from;
+    crate::search::is_test_path(&e.call_site.path)
+        || from.container.as_deref().is_some_and(|c| {
+            let c = c.to_ascii_lowercase();
+            c == "tests" || c == "test" || c.ends_with("_tests") || c.starts_with("test_")
+        })
+        || from.name.starts_with("test_")
+        || (from.name.starts_with("test") && from.name[4..].starts_with(|c: char| c.is_ascii_uppercase()))
+}
+
+fn describe_caller(e: &Edge) -> String {
+    let mut s = format!("{}:{} {}", e.call_site.path, e.call_site.line, e.from.qualified());
+    if !matches!(e.kind.as_str(), "call" | "method_call") {
+        s.push_str(&format!(" ({})", e.kind));
+    }
+    if e.confidence == Confidence::Ambiguous {
+        s.push_str(" (ambiguous)");
+    }
+    s
+}
+
+fn listed(edges: &[&Edge]) -> Vec<String> {
+    let mut out: Vec<String> = edges.iter().take(MAX_LISTED).map(|e| describe_caller(e)).collect();
+    if edges.len() > MAX_LISTED {
+        out.push(format!("… {} more", edges.len() - MAX_LISTED));
+    }
+    out
+}
+
+/// The lines of the branch's files: from disk when the file is the indexed
+/// version, else rebuilt from the indexed chunks (so line numbers agree with the index).
+struct Files<'s> {
+    root: &'s Path,
+    store: &'s Store,
+    cache: HashMap<i64, Option<Vec<String>>>,
+}
+
+impl<'s> Files<'s> {
+    fn new(root: &'s Path, store: &'s Store) -> Self {
+        Files {
+            root,
+            store,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn lines(&mut self, file_id: i64, path: &str) -> Result<Option<&Vec<String>>> {
+        if !self.cache.contains_key(&file_id) {
+            let lines = self.read(file_id, path)?;
+            self.cache.insert(file_id, lines);
+        }
+        Ok(self.cache[&file_id].as_ref())
+    }
+
+    fn read(&self, file_id: i64, path: &str) -> Result<Option<Vec<String>>> {
+        let hash: Option<i64> = self
+            .store
+            .conn
+            .prepare_cached("SELECT content_hash FROM files WHERE id = ?1")?
+            .query_row([file_id], |r| r.get(0))
+            .optional()?;
+        if let Ok(bytes) = std::fs::read(self.root.join(path)) {
+            if Some(crate::store::content_hash(&bytes)) == hash {
+                let text = String::from_utf8_lossy(&bytes);
+                return Ok(Some(text.lines().map(str::to_string).collect()));
+            }
+        }
+        // The file changed since it was indexed: the indexed text, per line
+        // the longest a chunk has (a chunk may start inside its first line).
+        let mut by_line: Vec<String> = Vec::new();
+        let mut stmt = self.store.conn.prepare_cached(
+            "SELECT c.start_line, t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.file_id = ?1",
+        )?;
+        let rows = stmt.query_map([file_id], |r| {
+            Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?))
+        })?;
+        for row in rows {
+            let (start, text) = row?;
+            for (i, line) in text.lines().enumerate() {
+                let at = start + i - 1;
+                if by_line.len() <= at {
+                    by_line.resize(at + 1, String::new());
+                }
+                if line.len() > by_line[at].len() {
+                    by_line[at] = line.to_string();
+                }
+            }
+        }
+        Ok((!by_line.is_empty()).then_some(by_line))
+    }
+
+    /// Lines `start..=end` (1-based), clamped to the file.
+    fn span(&mut self, file_id: i64, path: &str, start: usize, end: usize) -> Result<Option<(usize, usize, String)>> {
+        let Some(lines) = self.lines(file_id, path)? else {
+            return Ok(None);
+        };
+        let end = end.min(lines.len());
+        let start = start.max(1);
+        if start > end {
+            return Ok(None);
+        }
+        Ok(Some((start, end, lines[start - 1..end].join("\n"))))
+    }
+}
+
+/// The definition's start line as stored (decorators and attributes included).
+fn start_line(store: &Store, symbol: &Symbol) -> Result<u32> {
+    Ok(store
+        .conn
+        .prepare_cached("SELECT start_line FROM symbols WHERE id = ?1")?
+        .query_row([symbol.id], |r| r.get(0))
+        .optional()?
+        .unwrap_or(symbol.line))
+}
+
+fn symbol_info(symbol: &Symbol, files: &mut Files) -> Result<SymbolInfo> {
+    let start = start_line(files.store, symbol)?;
+    let (signature, doc) = match files.lines(symbol.file_id, &symbol.path)? {
+        Some(lines) => (
+            signature(lines, symbol.line as usize, symbol.end_line as usize),
+            doc(lines, start as usize, symbol.line as usize),
+        ),
+        None => (String::new(), None),
+    };
+    Ok(SymbolInfo {
+        id: symbol.id,
+        name: symbol.qualified(),
+        kind: symbol.kind.clone(),
+        path: symbol.path.clone(),
+        lines: format!("{}-{}", start.min(symbol.line), symbol.end_line),
+        signature,
+        doc,
+    })
+}
+
+/// The declaration: from the name's line to the line that opens the body
+/// (`{`, a trailing `:`, `=>`, `=` or `;`), five lines at most, dedented.
+fn signature(lines: &[String], line: usize, end: usize) -> String {
+    let first = line.saturating_sub(1);
+    let last = end.min(lines.len()).min(first + 5);
+    let mut out: Vec<&str> = Vec::new();
+    for l in lines.get(first..last).unwrap_or_default() {
+        out.push(l.trim_end());
+        let t = l.trim_end();
+        if t.contains('{') || t.ends_with(':') || t.ends_with("=>") || t.ends_with('=') || t.ends_with(';') {
+            break;
+        }
+    }
+    let indent = out.first().map_or(0, |l| l.len() - l.trim_start().len());
+    out.iter()
+        .map(|l| {
+            if l.len() >= indent && l[..indent].trim().is_empty() {
+                &l[indent..]
+            } else {
+                l.trim_start()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_comment(t: &str) -> bool {
+    ["///", "//!", "//", "#", "/**", "/*", "*", "--"]
+        .iter()
+        .any(|p| t.starts_with(p))
+        && !t.starts_with("#[")
+        && !t.starts_with("#!")
+}
+
+/// Its doc: the comment lines just above (past attributes and decorators),
+/// or a Python docstring after the signature; 12 lines at most.
+fn doc(lines: &[String], start: usize, line: usize) -> Option<String> {
+    const MAX_DOC_LINES: usize = 12;
+    let mut above = Vec::new();
+    // Comments between the start (decorators) and the name line, then above the start.
+    let mut at = line.saturating_sub(1); // 1-based line above the name
+    while at >= 1 {
+        let t = lines.get(at - 1)?.trim();
+        let attribute = t.starts_with("#[") || t.starts_with('@');
+        if is_comment(t) {
+            above.push(t.to_string());
+        } else if !(attribute || (at >= start && at < line)) {
+            break;
+        }
+        at -= 1;
+    }
+    if !above.is_empty() {
+        above.reverse();
+        let keep = above.len().saturating_sub(MAX_DOC_LINES);
+        return Some(above[keep..].join("\n"));
+    }
+    // A docstring: the first statement after the signature.
+    let mut i = line; // 0-based index of the line after the name line
+    while i < lines.len() && i < line + 5 && !lines[i - 1].trim_end().ends_with(':') {
+        i += 1;
+    }
+    let first = lines.get(i)?.trim();
+    let quote = ["\"\"\"", "'''"].into_iter().find(|q| first.starts_with(q))?;
+    let mut doc = vec![first.to_string()];
+    if !(first.len() > 3 && first[3..].contains(quote)) {
+        for l in lines.iter().skip(i + 1).take(MAX_DOC_LINES) {
+            doc.push(l.trim().to_string());
+            if l.contains(quote) {
+                break;
+            }
+        }
+    }
+    Some(doc.join("\n"))
+}
+
+/// The whole body (decorators and attributes included), which comes first.
+fn body_candidate(symbol: &Symbol, info: &SymbolInfo, files: &mut Files) -> Result<Option<Candidate>> {
+    let start: usize = info.lines.split('-').next().and_then(|s| s.parse().ok()).unwrap_or(1);
+    Ok(files
+        .span(symbol.file_id, &symbol.path, start, symbol.end_line as usize)?
+        .map(|(start_line, end_line, text)| Candidate {
+            path: symbol.path.clone(),
+            start_line,
+            end_line,
+            text,
+            role: "body",
+            label: format!("{} {}", symbol.kind, symbol.qualified()),
+            priority: 100.0,
+            cuttable: true,
+        }))
+}
+
+/// A call site with a few lines around it, within the caller's definition.
+fn site_candidate(e: &Edge, role: &'static str, priority: f64, files: &mut Files) -> Result<Option<Candidate>> {
+    let line = e.call_site.line as usize;
+    let (mut lo, mut hi) = (line.saturating_sub(SITE_CONTEXT), line + SITE_CONTEXT);
+    if e.from.id != 0 {
+        lo = lo.max(e.from.line as usize);
+        hi = hi.min(e.from.end_line as usize);
+    }
+    Ok(files
+        .span(e.from.file_id, &e.call_site.path, lo, hi.max(line))?
+        .map(|(start_line, end_line, text)| Candidate {
+            path: e.call_site.path.clone(),
+            start_line,
+            end_line,
+            text,
+            role,
+            label: e.from.qualified(),
+            priority,
+            cuttable: false,
+        }))
+}
+
+/// A callee's declaration lines.
+fn signature_candidate(to: &Symbol, priority: f64, files: &mut Files) -> Result<Option<Candidate>> {
+    let Some(lines) = files.lines(to.file_id, &to.path)? else {
+        return Ok(None);
+    };
+    let sig = signature(lines, to.line as usize, to.end_line as usize);
+    let n = sig.split('\n').count();
+    let start = to.line as usize;
+    Ok(files
+        .span(to.file_id, &to.path, start, start + n - 1)?
+        .map(|(start_line, end_line, text)| Candidate {
+            path: to.path.clone(),
+            start_line,
+            end_line,
+            text,
+            role: "callee",
+            label: format!("{} {}", to.kind, to.qualified()),
+            priority,
+            cuttable: false,
+        }))
+}
+
+/// The last commits that changed the symbol's lines (blame of its span in
+/// the working file), newest first; a note when there is no history.
+fn last_commits(root: &Path, symbol: &Symbol, files: &mut Files) -> Result<(Vec<Commit>, Option<String>)> {
+    let repo = match git2::Repository::discover(root) {
+        Ok(r) => r,
+        Err(_) => return Ok((Vec::new(), Some("not a git repository: no commits".to_string()))),
+    };
+    let Some(workdir) = repo.workdir() else {
+        return Ok((Vec::new(), Some("a bare repository: no commits".to_string())));
+    };
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let workdir = workdir.canonicalize().unwrap_or_else(|_| workdir.to_path_buf());
+    let full = root.join(&symbol.path);
+    let Ok(rel) = full.strip_prefix(&workdir) else {
+        return Ok((Vec::new(), None));
+    };
+    let start = start_line(files.store, symbol)?.min(symbol.line) as usize;
+    let end = symbol.end_line as usize;
+    let mut opts = git2::BlameOptions::new();
+    opts.min_line(start).max_line(end);
+    let blame = match repo.blame_file(rel, Some(&mut opts)) {
+        Ok(b) => b,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            return Ok((
+                Vec::new(),
+                Some("the file is not committed yet: no commits".to_string()),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // The working file may differ from HEAD: blame its text, whose line numbers are the index's.
+    let working = files
+        .lines(symbol.file_id, &symbol.path)?
+        .map(|l| l.join("\n") + "\n")
+        .and_then(|text| blame.blame_buffer(text.as_bytes()).ok());
+    let blame = working.as_ref().unwrap_or(&blame);
+    let mut seen = HashSet::new();
+    let mut commits = Vec::new();
+    for hunk in blame.iter() {
+        let (from, n) = (hunk.final_start_line(), hunk.lines_in_hunk());
+        if from + n <= start || from > end {
+            continue;
+        }
+        let id = hunk.final_commit_id();
+        if id.is_zero() || !seen.insert(id) {
+            continue;
+        }
+        if let Ok(c) = repo.find_commit(id) {
+            commits.push((c.time().seconds(), c));
+        }
+    }
+    // Newest first; commits of the same second in history order.
+    commits.sort_by(|(ta, a), (tb, b)| {
+        tb.cmp(ta).then_with(|| {
+            if repo.graph_descendant_of(a.id(), b.id()).unwrap_or(false) {
+                std::cmp::Ordering::Less
+            } else if repo.graph_descendant_of(b.id(), a.id()).unwrap_or(false) {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+    });
+    let uncommitted = blame.iter().any(|h| {
+        let (from, n) = (h.final_start_line(), h.lines_in_hunk());
+        h.final_commit_id().is_zero() && from + n > start && from <= end
+    });
+    let list = commits
+        .into_iter()
+        .take(MAX_COMMITS)
+        .map(|(secs, c)| Commit {
+            id: c.id().to_string()[..10].to_string(),
+            date: crate::store::format_rfc3339(secs)[..10].to_string(),
+            author: String::from_utf8_lossy(c.author().name_bytes()).to_string(),
+            summary: String::from_utf8_lossy(c.summary_bytes().unwrap_or_default()).to_string(),
+        })
+        .collect();
+    Ok((
+        list,
+        uncommitted.then(|| "some of its lines are not committed yet".to_string()),
+    ))
+}
+
+/// `ken context --symbol NAME`: the context as text, or compact JSON with `json`.
+/// An ambiguous name lists its candidates (exit 2).
+pub fn run_cli(
+    root: &Path,
+    index_dir: &Path,
+    spec: &str,
+    budget: Option<usize>,
+    locations_only: bool,
+    json: bool,
+) -> Result<i32> {
+    let outcome = if locations_only {
+        locations(root, index_dir, spec)
+    } else {
+        symbol_context(root, index_dir, spec, budget)
+    };
+    let out = match outcome {
+        Ok(out) => out,
+        Err(e) => return crate::graph::output::ambiguous(e, json),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        print!("{}", render(&out));
+    }
+    Ok(0)
+}
+
+/// The context as text for people.
+pub fn render(out: &SymbolContext) -> String {
+    let mut s = String::new();
+    for l in &out.locations {
+        s.push_str(&format!("{l}\n"));
+    }
+    if let Some(sym) = &out.symbol {
+        s.push_str(&format!(
+            "{} {}  {}:{}  [id {}]\n",
+            sym.kind, sym.name, sym.path, sym.lines, sym.id
+        ));
+        if let Some(doc) = &sym.doc {
+            s.push_str(&format!("{doc}\n"));
+        }
+        s.push_str(&format!("{}\n", sym.signature));
+    }
+    for (title, list) in [("callers", &out.callers), ("tests", &out.tests)] {
+        if !list.is_empty() {
+            s.push_str(&format!("\n{title}:\n"));
+            for l in list {
+                s.push_str(&format!("  {l}\n"));
+            }
+        }
+    }
+    if !out.commits.is_empty() {
+        s.push_str("\ncommits:\n");
+        for c in &out.commits {
+            s.push_str(&format!("  {} {} {}: {}\n", c.id, c.date, c.author, c.summary));
+        }
+    }
+    if let Some(p) = &out.pack {
+        for piece in &p.pieces {
+            s.push_str(&format!(
+                "\n── {} {}:{}  {}\n{}\n",
+                piece.role, piece.path, piece.lines, piece.label, piece.text
+            ));
+        }
+        if let Some(left) = &p.left_out {
+            s.push_str(&format!("\n{left}\n"));
+        }
+    }
+    if let Some(note) = &out.note {
+        s.push_str(&format!("\nnote: {note}\n"));
+    }
+    s
+}
+
+/// `ken bench context` numbers: symbol_context in process on sampled symbols.
+#[derive(Debug, Default, Serialize)]
+pub struct ContextBench {
+    pub queried: usize,
+    pub budget: usize,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub max_ms: f64,
+    pub locations_p50_ms: f64,
+    /// Answers over the budget (must be 0).
+    pub over_budget: usize,
+}
+
+/// Times `symbol_context` (opening the index included, as a tool call does)
+/// on `samples` referenced functions and methods of the index.
+pub fn bench(root: &Path, index_dir: &Path, samples: usize, budget: usize) -> Result<ContextBench> {
+    let store = Store::open_for_read(index_dir)?;
+    let ids = crate::graph::bench::sampled_symbols(&store, samples)?;
+    drop(store);
+    let (mut times, mut located) = (Vec::new(), Vec::new());
+    let mut over = 0;
+    for id in &ids {
+        let spec = id.to_string();
+        let t = Instant::now();
+        let out = symbol_context(root, index_dir, &spec, Some(budget))?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        if tokens_of(&out) > budget {
+            over += 1;
+        }
+        let t = Instant::now();
+        locations(root, index_dir, &spec)?;
+        located.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let max_ms = times.iter().cloned().fold(0.0, f64::max);
+    Ok(ContextBench {
+        queried: ids.len(),
+        budget,
+        p50_ms: crate::bench::percentile(&mut times, 0.5),
+        p95_ms: crate::bench::percentile(&mut times, 0.95),
+        max_ms,
+        locations_p50_ms: crate::bench::percentile(&mut located, 0.5),
+        over_budget: over,
+    })
+}
