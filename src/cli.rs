@@ -115,6 +115,8 @@ enum Command {
     Path(crate::graph::output::PathArgs),
     /// Where a symbol is defined (with kind and path filters).
     Def(crate::graph::output::DefArgs),
+    /// What a change affects: changed symbols, their callers, the tests that reach them, risk, a test command.
+    Impact(crate::context::impact::ImpactArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
@@ -520,6 +522,11 @@ fn run(cli: Cli) -> Result<i32> {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_path(&root, &index_dir, &args)
+        }
+        Command::Impact(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            crate::context::impact::run(&root, &index_dir, &args)
         }
         Command::Def(args) => {
             let root = resolve_root(cli.root.as_deref())?;

@@ -12,6 +12,7 @@ pub mod bm25;
 pub mod chunk;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod discover;
 pub mod embed;
 pub mod freshness;

@@ -23,7 +23,7 @@ pub const PRESETS: &[(&str, &[&str], &str)] = &[
     ),
     (
         "graph",
-        &["call_graph", "call_graph_path"],
+        &["call_graph", "call_graph_path", "change_impact"],
         "callers, callees, call paths",
     ),
     (
