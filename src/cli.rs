@@ -317,6 +317,11 @@ enum BenchCommand {
         #[arg(long)]
         embed: bool,
     },
+    /// In-process latency of `ken impact` on the current uncommitted change (p50/p95).
+    Impact {
+        #[arg(long, default_value_t = 50)]
+        iterations: usize,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,
@@ -699,6 +704,14 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
             }
+            Ok(0)
+        }
+        Command::Bench {
+            what: BenchCommand::Impact { iterations },
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            println!("{}", crate::context::impact::bench(&root, &index_dir, iterations)?);
             Ok(0)
         }
         Command::Bench {

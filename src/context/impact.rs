@@ -308,16 +308,23 @@ fn diff(repo: &git2::Repository, target: &Target) -> Result<Diffed> {
 }
 
 /// A definition of one side of a file, as the chunker's extraction found it.
-struct Def {
+struct Def<'s> {
     row: SymbolRow,
     /// The definition's first line, for the public check.
-    head: String,
-    /// Its text with its name blanked, for rename detection.
-    body: String,
+    head: &'s str,
+    /// Its text.
+    text: &'s str,
 }
 
-/// Definitions of `source` (a file at `path`), innermost-last order as extracted.
-fn definitions(path: &str, source: &str) -> Vec<Def> {
+impl Def<'_> {
+    /// Its text with its name blanked, for rename detection.
+    fn body(&self) -> String {
+        self.text.replace(&self.row.name, "\u{0}")
+    }
+}
+
+/// Definitions of `source` (a file at `path`), as extracted at indexing.
+fn definitions<'s>(path: &str, source: &'s str) -> Vec<Def<'s>> {
     let Some(lang) = crate::lang::for_path(Path::new(path)) else {
         return Vec::new();
     };
@@ -325,18 +332,14 @@ fn definitions(path: &str, source: &str) -> Vec<Def> {
     let Ok((_, Some(graph))) = crate::chunk::chunk_and_graph(Some(lang), source, &limits, true) else {
         return Vec::new();
     };
+    let lines: Vec<&str> = source.lines().collect();
     graph
         .symbols
         .into_iter()
-        .map(|row| {
-            let text = source.get(row.start_byte as usize..row.end_byte as usize).unwrap_or("");
-            let head = source
-                .lines()
-                .nth(row.line.saturating_sub(1) as usize)
-                .unwrap_or("")
-                .to_string();
-            let body = text.replace(&row.name, "\u{0}");
-            Def { row, head, body }
+        .map(|row| Def {
+            head: lines.get(row.line.saturating_sub(1) as usize).copied().unwrap_or(""),
+            text: source.get(row.start_byte as usize..row.end_byte as usize).unwrap_or(""),
+            row,
         })
         .collect()
 }
@@ -384,7 +387,7 @@ struct Change {
 impl Change {
     fn of(d: &Def, path: &str, change: &'static str) -> Change {
         Change {
-            public: is_public(&d.row, &d.head, path),
+            public: is_public(&d.row, d.head, path),
             row: d.row.clone(),
             path: path.to_string(),
             change,
@@ -492,7 +495,7 @@ fn analyze(
                 c.row.kind == d.row.kind
                     && new_defs
                         .iter()
-                        .any(|n| n.row.name == c.row.name && n.row.line == c.row.line && n.body == d.body)
+                        .any(|n| n.row.name == c.row.name && n.row.line == c.row.line && n.body() == d.body())
             });
             if let Some(a) = renamed {
                 changes[a].change = "renamed";
@@ -1177,4 +1180,28 @@ pub fn run(root: &Path, index_dir: &Path, args: &ImpactArgs) -> Result<i32> {
         print!("{}", render(&impact));
     }
     Ok(0)
+}
+
+/// `ken bench impact`: p50/p95 of the working tree's change impact, in process.
+pub fn bench(root: &Path, index_dir: &Path, iterations: usize) -> Result<String> {
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..iterations.max(1) {
+        let started = std::time::Instant::now();
+        last = Some(change_impact(root, index_dir, &Target::WorkTree, 2)?);
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    let impact = last.expect("one run");
+    Ok(format!(
+        "{} file(s), {} symbol(s), {} caller(s), {} test(s): p50 {:.1} ms, p95 {:.1} ms over {} runs",
+        impact.files.len(),
+        impact.symbols.len(),
+        impact.caller_count,
+        impact.tests.len(),
+        at(0.5),
+        at(0.95),
+        times.len()
+    ))
 }
