@@ -121,6 +121,8 @@ enum Command {
     /// Context for an edit within a token budget: `--symbol NAME` gives its body,
     /// signature, doc, callers' call sites, callees, tests and last commits.
     Context(ContextArgs),
+    /// What a change affects: changed symbols, their callers, the tests that reach them, risk, a test command.
+    Impact(crate::context::impact::ImpactArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
@@ -358,6 +360,11 @@ enum BenchCommand {
         #[arg(long, default_value_t = crate::context::pack::DEFAULT_BUDGET)]
         budget: usize,
     },
+    /// In-process latency of `ken impact` on the current uncommitted change (p50/p95).
+    Impact {
+        #[arg(long, default_value_t = 50)]
+        iterations: usize,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,
@@ -564,6 +571,11 @@ fn run(cli: Cli) -> Result<i32> {
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_path(&root, &index_dir, &args)
         }
+        Command::Impact(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            crate::context::impact::run(&root, &index_dir, &args)
+        }
         Command::Def(args) => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
@@ -760,6 +772,14 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
             }
+            Ok(0)
+        }
+        Command::Bench {
+            what: BenchCommand::Impact { iterations },
+        } => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            println!("{}", crate::context::impact::bench(&root, &index_dir, iterations)?);
             Ok(0)
         }
         Command::Bench {

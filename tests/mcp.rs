@@ -15,6 +15,17 @@ fn the_python_sdk_client_passes_every_check() {
     let retry = "def jittered_backoff_delays(base, attempts):\n    for attempt in range(attempts):\n        yield base * 2 ** attempt\n    return None\n";
     write(root, "src/retry.py", retry);
     write(root, "tools/retry_copy.py", retry);
+    // A git history for change_impact: `scale` is changed, a test calls it.
+    write(root, "src/scale.py", "def scale(x):\n    return x * 2\n");
+    write(
+        root,
+        "tests/test_scale.py",
+        "from src.scale import scale\n\n\ndef test_scale():\n    assert scale(2) == 4\n",
+    );
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["add", "."]);
+    git(root, &["commit", "-qm", "init"]);
+    write(root, "src/scale.py", "def scale(x):\n    return x + x\n");
     ken_ok(root, &["index", "-q"]);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let out = Command::new("python3")
@@ -468,6 +479,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
         "call_graph",
         "call_graph_path",
         "symbol_context",
+        "change_impact",
         "index_status",
     ] {
         assert!(names.contains(&needed), "{needed} is served by default: {names:?}");
@@ -493,7 +505,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
     default.close();
 
     let mut all = serve(&["--tools", "all"]);
-    assert_eq!(listed_tools(&mut all, 2).len(), 15);
+    assert_eq!(listed_tools(&mut all, 2).len(), 16);
     all.close();
     let mut some = serve(&["--tools", "search,kb,-find_similar"]);
     let names: Vec<String> = listed_tools(&mut some, 2).into_iter().map(|(n, _)| n).collect();

@@ -18,12 +18,12 @@ from mcp.shared.exceptions import MCPError
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
 EXPECTED_TOOLS = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context",
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
     "index_codebase", "index_status", "index_health_check", "index_metrics", "index_logs", "add_knowledge_base",
     "list_knowledge_bases", "remove_knowledge_base",
 }
 READ_ONLY = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context",
+    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
     "index_status", "index_metrics", "index_logs", "list_knowledge_bases",
 }
 DATA_TOOLS = EXPECTED_TOOLS
@@ -203,6 +203,17 @@ async def main():
             check(out["locations"] == ["src/lib.rs:20 method AppConfig.load"], f"symbol_context locations: {out}")
             for args, needle in (({"symbol": "AppConfg"}, "close names: AppConfig"), ({"symbol": "load", "budget": 100}, "budget"), ({"symbol": " "}, "symbol")):
                 await expect_error(session, "symbol_context", args, needle)
+            # What the uncommitted change affects: `scale`, reached by tests/test_scale.py::test_scale.
+            out = structured(await session.call_tool("change_impact", {}))
+            jsonschema.validate(out, tools["change_impact"].output_schema)
+            check([f["path"] for f in out["files"]] == ["src/scale.py"], f"change_impact files: {out}")
+            check([(s["change"], s["name"]) for s in out["symbols"]] == [("modified", "scale")], f"change_impact symbols: {out}")
+            check([c["symbol"] for c in out["callers"]] == ["tests/test_scale.py:test_scale"], f"change_impact callers: {out}")
+            check([t["name"] for t in out["tests"]] == ["test_scale"], f"change_impact tests: {out}")
+            check(out["command"] == "pytest tests/test_scale.py::test_scale", f"change_impact command: {out}")
+            check(out["risk"]["level"] in ("low", "medium", "high") and out["risk"]["reasons"], f"change_impact risk: {out}")
+            await expect_error(session, "change_impact", {"staged": True}, "no changes between")
+            await expect_error(session, "change_impact", {"rev": "no-such-rev"}, "unknown revision `no-such-rev`")
 
             # Paths never leave the root.
             for target in ["../../../etc/passwd:1", "/etc/passwd:1", "src/../../x.rs:3"]:

@@ -2,6 +2,7 @@
 //! branch catalog: what a question needs, what an edit needs, what a change
 //! affects, where to start. [`pack`] fits each into a token budget.
 
+pub mod impact;
 pub mod map;
 pub mod pack;
 pub mod symbol;

@@ -277,6 +277,11 @@ impl<'c> Graph<'c> {
         Ok(graph)
     }
 
+    /// The connection and the branch (catalog key) this graph reads.
+    pub fn connection(&self) -> (&'c Connection, &str) {
+        (self.conn, &self.branch)
+    }
+
     pub fn for_branch(conn: &'c Connection, branch: &str) -> Graph<'c> {
         Graph {
             conn,
@@ -402,7 +407,7 @@ impl<'c> Graph<'c> {
 
     /// References that may mean a definition named `name`: by that name, or
     /// by a local alias some file imports it under; `limit` at most.
-    fn refs_named(&self, name: &str, limit: usize) -> Result<Vec<Ref>> {
+    pub fn refs_named(&self, name: &str, limit: usize) -> Result<Vec<Ref>> {
         let mut refs = self.refs_where("r.name = ?2", limit, params![self.branch, name])?;
         let aliases: Vec<String> = self
             .conn

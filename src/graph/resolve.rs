@@ -129,6 +129,27 @@ struct ModulePath {
 const MODULE_FILE_STEMS: &[&str] = &["__init__", "index", "mod"];
 
 impl ModulePath {
+    /// In a Rust integration test, bench or example, `mycrate::a::b` names
+    /// the package's own library: its `src/a/b`. None elsewhere.
+    fn crate_root(importer: &str, language: &str, module: &str) -> Option<ModulePath> {
+        if language != "rust" {
+            return None;
+        }
+        let dir: Vec<&str> = importer.split('/').collect();
+        let pos = dir[..dir.len().saturating_sub(1)]
+            .iter()
+            .position(|c| matches!(*c, "tests" | "benches" | "examples"))?;
+        let parts: Vec<&str> = module.split("::").filter(|c| !c.is_empty()).collect();
+        let first = parts.first()?;
+        if matches!(*first, "crate" | "self" | "super" | "std" | "core" | "alloc") {
+            return None;
+        }
+        let mut comps: Vec<String> = dir[..pos].iter().map(|c| c.to_string()).collect();
+        comps.push("src".to_string());
+        comps.extend(parts[1..].iter().map(|c| c.to_string()));
+        Some(ModulePath { comps, anchored: true })
+    }
+
     fn new(importer: &str, language: &str, module: &str) -> ModulePath {
         let mut dir: Vec<String> = importer.split('/').map(str::to_string).collect();
         dir.pop();
@@ -344,15 +365,18 @@ impl Graph<'_> {
                 module_text = format!("{module_text}{separator}{deeper}");
             }
             let path = ModulePath::new(&r.path, &r.language, &module_text);
-            // What a module gives is module-level, never a method.
-            let found: Vec<Rc<Symbol>> = self
-                .in_module(r, &wanted, &path)?
-                .iter()
-                .filter(|s| keep(s) && !(is_receiver && s.kind == "method"))
-                .cloned()
-                .collect();
-            if !found.is_empty() {
-                return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
+            let own = ModulePath::crate_root(&r.path, &r.language, &module_text);
+            for module_path in std::iter::once(&path).chain(own.as_ref()) {
+                // What a module gives is module-level, never a method.
+                let found: Vec<Rc<Symbol>> = self
+                    .in_module(r, &wanted, module_path)?
+                    .iter()
+                    .filter(|s| keep(s) && !(is_receiver && s.kind == "method"))
+                    .cloned()
+                    .collect();
+                if !found.is_empty() {
+                    return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
+                }
             }
             // Imported from a module of the repository that does not define it
             // (a re-export): fall back to the other levels.
@@ -398,11 +422,12 @@ impl Graph<'_> {
             return Ok(Resolution::none());
         };
         let path = ModulePath::new(&r.path, &r.language, module);
-        let found: Vec<Rc<Symbol>> = self
-            .candidates(r, &r.name, &|s: &Symbol| s.container.is_none())?
-            .into_iter()
-            .filter(|s| path.matches(&s.path))
-            .collect();
+        let own = ModulePath::crate_root(&r.path, &r.language, module);
+        let candidates = self.candidates(r, &r.name, &|s: &Symbol| s.container.is_none())?;
+        let mut found: Vec<Rc<Symbol>> = candidates.iter().filter(|s| path.matches(&s.path)).cloned().collect();
+        if let (true, Some(own)) = (found.is_empty(), own) {
+            found = candidates.into_iter().filter(|s| own.matches(&s.path)).collect();
+        }
         Ok(match found.is_empty() {
             true => Resolution::none(),
             false => Resolution::at(found, Confidence::Import),

@@ -193,6 +193,21 @@ pub struct RepoMapArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ChangeImpactArgs {
+    /// Which change: `A..B`, `A...B`, or a revision or branch (from its merge base with HEAD to the working
+    /// tree). Default: the uncommitted changes.
+    #[serde(default)]
+    pub rev: Option<String>,
+    /// Only the staged changes.
+    #[serde(default)]
+    pub staged: Option<bool>,
+    /// Caller levels to list (default 2).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 6))]
+    pub depth: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct CallPathArgs {
     /// Where the calls start: a symbol name, `path:line`, or symbol id.
     pub from: String,
@@ -671,6 +686,10 @@ functions with their code.",
             (
                 "call_graph_path",
                 "call_graph_path shows how one symbol reaches another",
+            ),
+            (
+                "change_impact",
+                "change_impact says what a diff affects and which tests to run, before committing or reviewing",
             ),
             ("index_status", "index_status says what the index reflects"),
             ("index_codebase", "index_codebase refreshes it after large changes"),
@@ -1239,6 +1258,33 @@ know the symbol; locations_only answers \"where is X defined?\". An ambiguous na
             .and_then(data_result)
         };
         self.finish("symbol_context", started, result)
+    }
+
+    #[tool(
+        description = "What a change affects: the changed symbols (deleted and renamed too), their callers with call \
+sites, the tests that reach them, a risk level with reasons, and a command running just those tests. Use it \
+instead of search after editing or to review a branch (default: uncommitted changes; `staged`; `rev`: A..B or a \
+branch).",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::context::impact::Impact>()
+    )]
+    async fn change_impact(
+        &self,
+        Parameters(Args(args)): Parameters<Args<ChangeImpactArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        use crate::context::impact::Target;
+        let target = match (args.staged.unwrap_or(false), args.rev.as_deref().map(str::trim)) {
+            (true, _) => Target::Staged,
+            (false, Some(rev)) if !rev.is_empty() => Target::Rev(rev.to_string()),
+            _ => Target::WorkTree,
+        };
+        let depth = args.depth.unwrap_or(2).clamp(1, 6);
+        let (root, dir) = (self.root.clone(), self.index_dir.clone());
+        let result = blocking(move || crate::context::impact::change_impact(&root, &dir, &target, depth))
+            .await
+            .and_then(data_result);
+        self.finish("change_impact", started, result)
     }
 }
 

@@ -23,8 +23,8 @@ pub const PRESETS: &[(&str, &[&str], &str)] = &[
     ),
     (
         "graph",
-        &["call_graph", "call_graph_path", "symbol_context", "repo_map"],
-        "callers, callees, call paths, context for an edit, where to start",
+        &["call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map"],
+        "callers, callees, call paths, context for an edit, what a change affects, where to start",
     ),
     (
         "index",
