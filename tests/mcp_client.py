@@ -200,7 +200,7 @@ async def main():
             check(roles and roles[0] == "body", f"symbol_context pieces: {roles}")
             check(len(json.dumps(out, separators=(",", ":"))) < 500 * 4, f"symbol_context stays small: {out}")
             out = structured(await session.call_tool("symbol_context", {"symbol": "load", "locations_only": True}))
-            check(out["locations"] == ["src/lib.rs:20 method AppConfig.load"], f"symbol_context locations: {out}")
+            check(out["locations"] == ["src/lib.rs:10 method AppConfig.load"], f"symbol_context locations: {out}")
             for args, needle in (({"symbol": "AppConfg"}, "close names: AppConfig"), ({"symbol": "load", "budget": 100}, "budget"), ({"symbol": " "}, "symbol")):
                 await expect_error(session, "symbol_context", args, needle)
             # What the uncommitted change affects: `scale`, reached by tests/test_scale.py::test_scale.

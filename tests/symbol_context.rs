@@ -82,6 +82,8 @@ struct Expected<'a> {
     name: &'a str,
     path: &'a str,
     signature: &'a str,
+    /// The doc, or empty for none.
+    doc: &'a str,
     callers: &'a [&'a str],
     tests: &'a [&'a str],
     callees: &'a [&'a str],
@@ -98,6 +100,7 @@ fn check(lang: &str, change: Change, e: Expected) {
     assert_eq!(sym["name"], e.name, "{lang}: {out:#}");
     assert_eq!(sym["path"], e.path, "{lang}: {out:#}");
     assert_eq!(sym["signature"], e.signature, "{lang}: {out:#}");
+    assert_eq!(sym["doc"].as_str().unwrap_or_default(), e.doc, "{lang}: {out:#}");
     assert_eq!(strings(&out["callers"]), e.callers, "{lang} callers: {out:#}");
     assert_eq!(strings(&out["tests"]), e.tests, "{lang} tests: {out:#}");
     let mut callees = labels(&out, "callee");
@@ -177,6 +180,7 @@ fn python() {
             name: "make",
             path: "app.py",
             signature: "def make(name):",
+            doc: "",
             callers: &["app.py:14 run"],
             tests: &["tests/test_app.py:5 test_make"],
             callees: &["class User", "method Base.save"],
@@ -201,6 +205,7 @@ fn typescript() {
             name: "square",
             path: "src/shapes.ts",
             signature: "export function square(x: number): number {",
+            doc: "",
             callers: &[
                 "src/shapes.ts:9 Circle.area",
                 "src/main.ts:6 Square.area",
@@ -229,6 +234,7 @@ fn go() {
             name: "Reverse",
             path: "util/strings.go",
             signature: "func Reverse(s string) string {",
+            doc: "// Reverse reverses a string.",
             callers: &["util/buffer.go:12 Buffer.Add", "cmd/main.go:28 main"],
             tests: &["util/strings_test.go:6 TestReverse"],
             callees: &["function join", "function split"],
@@ -254,6 +260,7 @@ fn rust() {
             name: "normalize",
             path: "src/store.rs",
             signature: "pub fn normalize(key: &str) -> String {",
+            doc: "",
             callers: &[
                 "src/store.rs:15 Memory.insert",
                 "src/store.rs:21 Memory.get",
@@ -288,6 +295,7 @@ fn java() {
             path: "com/acme/model/Animal.java",
             // Overloads stand together (as in call_graph); the last one is shown.
             signature: "public String describe(String prefix) {",
+            doc: "",
             callers: &["com/acme/model/Animal.java:11 Animal.describe", "com/acme/app/Main.java:9 Main.main"],
             tests: &["com/acme/model/AnimalTest.java:5 AnimalTest.testDescribe"],
             callees: &["method Animal.describe"],

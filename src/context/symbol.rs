@@ -583,12 +583,18 @@ fn is_comment(t: &str) -> bool {
         && !t.starts_with("#!")
 }
 
-/// Its doc: the comment lines just above (past attributes and decorators),
-/// or a Python docstring after the signature; 12 lines at most.
+/// Its doc: a Python docstring after the signature, or the comment lines
+/// just above (past attributes and decorators); 12 lines at most.
 fn doc(lines: &[String], start: usize, line: usize) -> Option<String> {
-    const MAX_DOC_LINES: usize = 12;
+    docstring(lines, line).or_else(|| comments_above(lines, start, line))
+}
+
+/// Doc lines kept at most.
+const MAX_DOC_LINES: usize = 12;
+
+/// The comment lines just above the name's line, past attributes and decorators.
+fn comments_above(lines: &[String], start: usize, line: usize) -> Option<String> {
     let mut above = Vec::new();
-    // Comments between the start (decorators) and the name line, then above the start.
     let mut at = line.saturating_sub(1); // 1-based line above the name
     while at >= 1 {
         let t = lines.get(at - 1)?.trim();
@@ -600,12 +606,13 @@ fn doc(lines: &[String], start: usize, line: usize) -> Option<String> {
         }
         at -= 1;
     }
-    if !above.is_empty() {
-        above.reverse();
-        let keep = above.len().saturating_sub(MAX_DOC_LINES);
-        return Some(above[keep..].join("\n"));
-    }
-    // A docstring: the first statement after the signature.
+    above.reverse();
+    let keep = above.len().saturating_sub(MAX_DOC_LINES);
+    (!above.is_empty()).then(|| above[keep..].join("\n"))
+}
+
+/// A Python docstring: the first statement after the signature.
+fn docstring(lines: &[String], line: usize) -> Option<String> {
     let mut i = line; // 0-based index of the line after the name line
     while i < lines.len() && i < line + 5 && !lines[i - 1].trim_end().ends_with(':') {
         i += 1;
@@ -885,4 +892,42 @@ pub fn bench(root: &Path, index_dir: &Path, samples: usize, budget: usize) -> Re
         locations_p50_ms: crate::bench::percentile(&mut located, 0.5),
         over_budget: over,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_docstring_wins_over_comments_and_attributes_are_passed_over() {
+        let py =
+            lines("# a comment\n@decorator\ndef f(a,\n      b):\n    \"\"\"Does f.\n\n    More.\"\"\"\n    return a\n");
+        assert_eq!(doc(&py, 2, 3).unwrap(), "\"\"\"Does f.\n\nMore.\"\"\"");
+        assert_eq!(signature(&py, 3, 8), "def f(a,\n      b):");
+        let rs = lines("/// Parses.\n/// Twice.\n#[inline]\npub fn parse(\n    x: u8,\n) -> u8 {\n    x\n}\n");
+        assert_eq!(doc(&rs, 4, 4).unwrap(), "/// Parses.\n/// Twice.");
+        assert_eq!(signature(&rs, 4, 8), "pub fn parse(\n    x: u8,\n) -> u8 {");
+        let none = lines("\nfn g() {}\n");
+        assert_eq!(doc(&none, 2, 2), None);
+    }
+
+    #[test]
+    fn shortened_lists_count_what_they_leave_out() {
+        let mut list: Vec<String> = (0..10).map(|i| format!("a.py:{i} f")).collect();
+        list.push("… 15 more".to_string());
+        shorten(&mut list);
+        assert_eq!(list.len(), 6);
+        assert_eq!(list.last().unwrap(), "… 20 more");
+    }
+
+    #[test]
+    fn typos_are_a_few_edits_away() {
+        assert_eq!(edit_distance("memroy", "memory"), 2);
+        assert_eq!(edit_distance("appconfg", "appconfig"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
 }
