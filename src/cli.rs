@@ -115,11 +115,32 @@ enum Command {
     Path(crate::graph::output::PathArgs),
     /// Where a symbol is defined (with kind and path filters).
     Def(crate::graph::output::DefArgs),
+    /// Context for a question within a token budget: the best code for it, its
+    /// callers' call sites, its callees' signatures, its tests, matching docs.
+    Context(ContextArgs),
     /// Measure indexing and query speed on a folder.
     Bench {
         #[command(subcommand)]
         what: BenchCommand,
     },
+}
+
+#[derive(Args, Debug)]
+struct ContextArgs {
+    /// A question or task (what to read before answering it).
+    query: Option<String>,
+    /// Tokens the whole answer may take (500 to 16000; default 3000).
+    #[arg(long)]
+    budget: Option<usize>,
+    /// How the code for a question is found.
+    #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
+    mode: SearchMode,
+    /// Only paths matching this glob or under this folder.
+    #[arg(long, value_name = "GLOB")]
+    path: Option<String>,
+    /// Compact JSON (the MCP tool's answer).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -525,6 +546,20 @@ fn run(cli: Cli) -> Result<i32> {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
             crate::graph::output::run_def(&root, &index_dir, &args)
+        }
+        Command::Context(args) => {
+            let root = resolve_root(cli.root.as_deref())?;
+            let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
+            let Some(query) = args.query else {
+                anyhow::bail!("ken context: give a QUERY");
+            };
+            let req = crate::context::question::QuestionRequest {
+                query,
+                budget: args.budget,
+                mode: args.mode,
+                path_glob: args.path,
+            };
+            crate::context::question::run_cli(&root, &index_dir, &req, args.json)
         }
         Command::Status { json } => {
             let root = resolve_root(cli.root.as_deref())?;

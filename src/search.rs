@@ -1776,7 +1776,7 @@ fn is_docs_path(path: &str) -> bool {
 /// Folders that hold a project's source: a `doc` folder below one is a module.
 const SOURCE_FOLDERS: &[&str] = &["src", "lib", "crates", "pkg", "internal", "source"];
 
-fn is_test_path(path: &str) -> bool {
+pub fn is_test_path(path: &str) -> bool {
     let p = path.to_ascii_lowercase();
     p.split('/').any(|seg| {
         seg == "test"

@@ -3,3 +3,4 @@
 //! affects, where to start. [`pack`] fits each into a token budget.
 
 pub mod pack;
+pub mod question;

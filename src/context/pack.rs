@@ -156,24 +156,34 @@ enum Offer {
 /// Adds `c` to `taken` within `room` tokens: merged into a piece of the
 /// same file it overlaps or touches, whole, cut to its first lines, or not.
 fn offer(taken: &mut Vec<Taken>, c: Candidate, room: usize) -> Offer {
-    let overlapping = taken.iter().position(|t| {
-        t.candidate.path == c.path
-            && c.start_line <= t.candidate.end_line + 1
-            && t.candidate.start_line <= c.end_line + 1
-    });
+    let overlapping = taken.iter().position(|t| touches(&t.candidate, &c));
     if let Some(i) = overlapping {
         let old = &taken[i].candidate;
         if old.start_line <= c.start_line && c.end_line <= old.end_line {
             return Offer::Covered;
         }
-        let merged = merge(old, &c);
+        let mut merged = merge(old, &c);
+        let mut before = taken[i].tokens;
+        // The grown span may reach other pieces of the file: they merge too.
+        let mut absorbed = Vec::new();
+        loop {
+            let reached =
+                (0..taken.len()).find(|&j| j != i && !absorbed.contains(&j) && touches(&taken[j].candidate, &merged));
+            let Some(j) = reached else { break };
+            merged = merge(&merged, &taken[j].candidate);
+            before += taken[j].tokens;
+            absorbed.push(j);
+        }
+        absorbed.sort_unstable();
         let after = piece_tokens(&merged);
-        let before = taken[i].tokens;
         if after <= before + room {
             taken[i] = Taken {
                 candidate: merged,
                 tokens: after,
             };
+            for j in absorbed.into_iter().rev() {
+                taken.remove(j);
+            }
             return Offer::Grew { before, after };
         }
         return Offer::TooBig(c);
@@ -191,6 +201,11 @@ fn offer(taken: &mut Vec<Taken>, c: Candidate, room: usize) -> Offer {
         }
     }
     Offer::TooBig(c)
+}
+
+/// Whether two spans of one file overlap or touch.
+fn touches(a: &Candidate, b: &Candidate) -> bool {
+    a.path == b.path && b.start_line <= a.end_line + 1 && a.start_line <= b.end_line + 1
 }
 
 /// The union of two overlapping or touching spans of one file; the role and
@@ -356,6 +371,17 @@ mod tests {
         assert_eq!(pack.pieces[0].lines, "10-17");
         assert_eq!(pack.pieces[0].text.lines().count(), 8);
         assert!(pack.pieces[0].text.contains("value_17") && pack.pieces[0].text.contains("value_10"));
+    }
+
+    #[test]
+    fn a_span_that_grows_over_two_pieces_merges_them() {
+        let first = candidate("a.rs", 4, 2, 3.0);
+        let second = candidate("a.rs", 8, 2, 2.0);
+        let whole = candidate("a.rs", 1, 9, 1.0);
+        let pack = pack(vec![first, second, whole], 3_000);
+        assert_eq!(pack.pieces.len(), 1, "{:?}", pack.pieces);
+        assert_eq!(pack.pieces[0].lines, "1-9");
+        assert_eq!(pack.pieces[0].text.lines().count(), 9);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 pub const PRESETS: &[(&str, &[&str], &str)] = &[
     (
         "search",
-        &["codebase_search", "codebase_peek", "find_similar"],
+        &["codebase_search", "codebase_context", "codebase_peek", "find_similar"],
         "find code by meaning, keywords or identifier",
     ),
     (
