@@ -492,7 +492,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
     default.close();
 
     let mut all = serve(&["--tools", "all"]);
-    assert_eq!(listed_tools(&mut all, 2).len(), 13);
+    assert_eq!(listed_tools(&mut all, 2).len(), 14);
     all.close();
     let mut some = serve(&["--tools", "search,kb,-find_similar"]);
     let names: Vec<String> = listed_tools(&mut some, 2).into_iter().map(|(n, _)| n).collect();
@@ -500,6 +500,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
         names,
         [
             "add_knowledge_base",
+            "codebase_context",
             "codebase_peek",
             "codebase_search",
             "list_knowledge_bases",
