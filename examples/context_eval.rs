@@ -155,6 +155,59 @@ impl Tally {
     }
 }
 
+/// `--latency ROOT`: every case's query against the index of ROOT as it
+/// is (no checkout), at each budget, after one call that loads the model
+/// and the tokenizer: codebase_context's time in process.
+fn latency(root: &Path, cases: &[Case], mode: SearchMode) -> Result<()> {
+    let searcher = Searcher::open(root, &root.join(".ken"))?;
+    let ask = |query: &str, budget: usize| {
+        let req = QuestionRequest {
+            query: query.to_string(),
+            budget: Some(budget),
+            mode,
+            path_glob: None,
+        };
+        context_for_question(&searcher, &[], root, &req)
+    };
+    let warm = ask("warm up", 1_000)?;
+    let mut times: HashMap<usize, Vec<f64>> = HashMap::new();
+    for case in cases {
+        for budget in BUDGETS {
+            let started = Instant::now();
+            let answer = ask(&case.query, budget)?;
+            times
+                .entry(budget)
+                .or_default()
+                .push(started.elapsed().as_secs_f64() * 1e3);
+            if answer.notice.is_some() && warm.notice.is_none() {
+                eprintln!("{}: {:?}", case.id, answer.notice);
+            }
+        }
+    }
+    println!(
+        "mode {mode:?} on {} (notice of the first call: {:?})",
+        root.display(),
+        warm.notice
+    );
+    let mut all = Vec::new();
+    for budget in BUDGETS {
+        let t = times.get_mut(&budget).expect("timed");
+        all.extend_from_slice(t);
+        println!(
+            "budget {budget}: p50 {:.1} ms, p95 {:.1} ms over {} queries",
+            percentile(t, 0.5),
+            percentile(t, 0.95),
+            t.len()
+        );
+    }
+    println!(
+        "all: p50 {:.1} ms, p95 {:.1} ms",
+        percentile(&mut all, 0.5),
+        percentile(&mut all, 0.95)
+    );
+    Ok(())
+}
+
 fn percentile(values: &mut [f64], p: f64) -> f64 {
     if values.is_empty() {
         return f64::NAN;
@@ -175,6 +228,9 @@ fn main() -> Result<()> {
     };
     let only = arg(&args, "--only");
     let cases = read_cases(&cases_file)?;
+    if let Some(root) = arg(&args, "--latency") {
+        return latency(Path::new(&root), &cases, mode);
+    }
     let mut context_tally: HashMap<usize, Tally> = HashMap::new();
     let mut search_tally: HashMap<usize, Tally> = HashMap::new();
     let (mut first_context, mut first_search) = (Vec::new(), Vec::new());

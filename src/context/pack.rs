@@ -20,6 +20,9 @@ pub const DEFAULT_BUDGET: usize = 3_000;
 
 /// Pieces of one file taken before every other file had its chance.
 const FIRST_ROUND_PER_FILE: usize = 2;
+/// Pieces of fewer lines than this (call sites, signatures) go in the first
+/// round without counting towards their file's pieces.
+const SMALL_PIECE_LINES: usize = 3;
 /// A piece is cut to fit only if at least this much of the budget is left.
 const MIN_CUT_TOKENS: usize = 60;
 
@@ -103,6 +106,11 @@ pub fn pack(mut candidates: Vec<Candidate>, budget: usize) -> Pack {
     let mut per_file: HashMap<String, usize> = HashMap::new();
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for c in unique {
+        // A line or three (a call site, a signature) does not use up its file's turn.
+        if c.end_line < c.start_line + SMALL_PIECE_LINES {
+            first.push(c);
+            continue;
+        }
         let n = per_file.entry(c.path.clone()).or_default();
         *n += 1;
         if *n <= FIRST_ROUND_PER_FILE {
@@ -393,6 +401,14 @@ mod tests {
         let pack = pack(candidates, 600);
         let files: Vec<&str> = pack.pieces.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(&files[..3], ["big.rs", "big.rs", "other.rs"], "{files:?}");
+        // A signature of a line does not take a file's turn.
+        let mut candidates: Vec<Candidate> = (0..3)
+            .map(|i| candidate("big.rs", 1 + 20 * i, 4, 10.0 - i as f64))
+            .collect();
+        candidates.insert(1, candidate("big.rs", 100, 1, 9.5));
+        let pack = super::pack(candidates, 3_000);
+        let lines: Vec<&str> = pack.pieces.iter().map(|p| p.lines.as_str()).collect();
+        assert_eq!(lines, ["1-4", "100-100", "21-24", "41-44"], "{lines:?}");
     }
 
     #[test]

@@ -30,6 +30,9 @@ const CALLERS_PER_DEFINITION: usize = 4;
 const CALLEES_PER_DEFINITION: usize = 6;
 /// Tests offered per definition.
 const TESTS_PER_DEFINITION: usize = 2;
+/// References examined for a definition's callers at most (a name used
+/// everywhere must not take the answer's time).
+const MAX_CALLER_REFS: usize = 300;
 /// Lines shown either side of a call site.
 const SITE_CONTEXT_LINES: usize = 1;
 /// Results of the top ranks whose bodies may be cut to their head.
@@ -239,9 +242,8 @@ fn neighbourhood(
     let base = match_priority(rank);
     let mut out = Vec::new();
     // Callers: same package first, then resolved by scope or import, tests last.
-    let callers = graph.call_graph(symbol, Direction::Callers, 1)?;
+    let (callers, _) = graph.callers_bounded(symbol, MAX_CALLER_REFS)?;
     let mut edges: Vec<&Edge> = callers
-        .edges
         .iter()
         .filter(|e| e.kind != "import" && e.confidence != Confidence::Ambiguous && e.from.id != symbol.id)
         .collect();
@@ -266,7 +268,7 @@ fn neighbourhood(
         if in_test && tests < TESTS_PER_DEFINITION && e.from.id != 0 {
             if let Some(c) = files.span(root, &e.from.path, e.from.line as usize, e.from.end_line as usize) {
                 let label = format!("{} {} calls {}", e.from.kind, e.from.qualified(), symbol.name);
-                out.push(dressed(c, "test", label, base - 1.2 - 0.1 * tests as f64, true));
+                out.push(dressed(c, "test", label, base - 6.5 - 0.1 * tests as f64, true));
                 tests += 1;
             }
             continue;
@@ -278,7 +280,7 @@ fn neighbourhood(
         let start = line.saturating_sub(SITE_CONTEXT_LINES).max(1);
         if let Some(c) = files.span(root, &e.call_site.path, start, line + SITE_CONTEXT_LINES) {
             let label = format!("{} calls {}", e.from.qualified(), symbol.name);
-            out.push(dressed(c, "caller", label, base - 0.6 - 0.1 * sites as f64, false));
+            out.push(dressed(c, "caller", label, base - 2.5 - 0.1 * sites as f64, false));
             sites += 1;
         }
     }
@@ -296,12 +298,20 @@ fn neighbourhood(
         }
         if let Some(c) = files.signature(root, &e.to.path, e.to.line as usize) {
             let label = format!("{} {}, called by {}", e.to.kind, e.to.qualified(), symbol.name);
-            out.push(dressed(c, "callee", label, base - 0.9 - 0.05 * n as f64, false));
+            out.push(dressed(c, "callee", label, base - 0.5 - 0.05 * n as f64, false));
             n += 1;
         }
     }
+    // Pieces of the definition's own file wait for the results: the pack
+    // takes a few pieces a file first, and those should be the file's results.
+    for c in out.iter_mut().filter(|c| c.path == symbol.path) {
+        c.priority = SAME_FILE_PRIORITY + (c.priority - base) - 0.5 * rank as f64;
+    }
     Ok(out)
 }
+
+/// Where call sites and signatures in the definition's own file rank: after the first 40 results.
+const SAME_FILE_PRIORITY: f64 = 20.0;
 
 /// A span of lines as the piece it is offered as.
 fn dressed(c: Candidate, role: &'static str, label: String, priority: f64, cuttable: bool) -> Candidate {

@@ -1724,6 +1724,8 @@ impl ServerHandler for KenServer {
 /// watcher, the index stays fresh meanwhile.
 pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::Result<()> {
     let tools = selected_tools(&opts.tools)?;
+    // The tokenizer takes ~0.3 s to load: not on the first codebase_context call.
+    std::thread::spawn(|| crate::context::pack::count_tokens("warm"));
     let log = log_path(&index_dir);
     if let Err(e) = crate::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());
