@@ -515,7 +515,7 @@ fn the_default_tool_set_is_lean_and_the_surface_is_chosen_by_flag_or_settings() 
     let mut cmd = Command::new(ken_bin());
     cmd.args(["--root", root.to_str().unwrap(), "serve"]);
     let mut from_settings = RawServer::spawn_raw(cmd.env("KEN_CONFIG", &settings)).initialised();
-    assert_eq!(listed_tools(&mut from_settings, 2).len(), 3);
+    assert_eq!(listed_tools(&mut from_settings, 2).len(), 4);
     from_settings.close();
     std::fs::write(&settings, "[serve]\ntool = [\"search\"]\n").unwrap();
     let out = Command::new(ken_bin())
