@@ -118,8 +118,9 @@ enum Command {
     /// Where to start: the most important files and their definitions
     /// (PageRank over references), within a token budget.
     Map(MapArgs),
-    /// Context for an edit within a token budget: `--symbol NAME` gives its body,
-    /// signature, doc, callers' call sites, callees, tests and last commits.
+    /// Context within a token budget: for a QUESTION, the best code with its
+    /// callers' call sites, callees' signatures, tests and docs; for `--symbol
+    /// NAME` (an edit), its body, signature, doc, callers, callees, tests, commits.
     Context(ContextArgs),
     /// What a change affects: changed symbols, their callers, the tests that reach them, risk, a test command.
     Impact(crate::context::impact::ImpactArgs),
@@ -155,6 +156,12 @@ struct ContextArgs {
     /// With --symbol: only where it is defined (`path:line kind name`).
     #[arg(long, requires = "symbol")]
     locations: bool,
+    /// For a question: how the code is found.
+    #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
+    mode: SearchMode,
+    /// For a question: only paths matching this glob or under this folder.
+    #[arg(long, value_name = "GLOB")]
+    path: Option<String>,
     /// Compact JSON (the MCP tool's answer).
     #[arg(long)]
     json: bool,
@@ -602,7 +609,15 @@ fn run(cli: Cli) -> Result<i32> {
                 (Some(symbol), _) => {
                     crate::context::symbol::run_cli(&root, &index_dir, symbol, args.budget, args.locations, args.json)
                 }
-                (None, Some(_)) => anyhow::bail!("ken context QUERY: not built yet"),
+                (None, Some(query)) => {
+                    let req = crate::context::question::QuestionRequest {
+                        query: query.clone(),
+                        budget: args.budget,
+                        mode: args.mode,
+                        path_glob: args.path.clone(),
+                    };
+                    crate::context::question::run_cli(&root, &index_dir, &req, args.json)
+                }
                 (None, None) => anyhow::bail!("ken context: give a QUERY or --symbol NAME"),
             }
         }

@@ -18,12 +18,12 @@ from mcp.shared.exceptions import MCPError
 KEN, ROOT = sys.argv[1], sys.argv[2]
 
 EXPECTED_TOOLS = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
+    "codebase_search", "codebase_context", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
     "index_codebase", "index_status", "index_health_check", "index_metrics", "index_logs", "add_knowledge_base",
     "list_knowledge_bases", "remove_knowledge_base",
 }
 READ_ONLY = {
-    "codebase_search", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
+    "codebase_search", "codebase_context", "codebase_peek", "find_similar", "call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map",
     "index_status", "index_metrics", "index_logs", "list_knowledge_bases",
 }
 DATA_TOOLS = EXPECTED_TOOLS
@@ -128,6 +128,15 @@ async def main():
                 product *= f["factor"]
             check(abs(product - top["score"]) < 1e-5, f"score = fused x factors: {top}")
 
+            # Context for a question: the code and what surrounds it, within the whole budget.
+            out = structured(await session.call_tool("codebase_context", {"query": "render_template", "budget": 1000, "mode": "lexical"}))
+            check(out["budget"] == 1000 and 0 < out["tokens"] <= 1000, f"context tokens {out['tokens']}")
+            text = json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+            check(len(text) < 1000 * 8, f"context answer too long for its budget: {len(text)} characters")
+            pieces = out["pack"]["pieces"]
+            check(pieces[0]["role"] == "match" and "fn render_template" in pieces[0]["text"], f"context pieces {pieces}")
+            check(all({"path", "lines", "role", "text"} <= set(p) for p in pieces), f"context piece fields {pieces}")
+
             # Peek: locations only.
             out = structured(await session.call_tool("codebase_peek", {"query": "check expiry of tokens"}))
             check(out["results"] and all("code" not in r for r in out["results"]), f"peek results {out}")
@@ -163,6 +172,8 @@ async def main():
                 ("codebase_search", {"query": "x", "path": "src/["}, "src/["),
                 ("codebase_peek", {"query": "x", "max_per_file": 0}, "max_per_file"),
                 ("find_similar", {}, "target"),
+                ("codebase_context", {"query": "x", "budget": 100}, "budget"),
+                ("codebase_context", {"query": "  "}, "query"),
                 ("index_codebase", {"force": "yes"}, "force"),
                 ("index_health_check", {"repair": 3}, "repair"),
                 ("add_knowledge_base", {}, "path"),

@@ -5,4 +5,5 @@
 pub mod impact;
 pub mod map;
 pub mod pack;
+pub mod question;
 pub mod symbol;

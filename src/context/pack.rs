@@ -25,6 +25,9 @@ const FIRST_ROUND_PER_FILE: usize = 2;
 const MIN_PIECE_TOKENS: usize = 16;
 /// The left-out line may grow this much when the second fill leaves out more.
 const LEFT_OUT_MARGIN: usize = 12;
+/// Pieces of fewer lines than this (call sites, signatures) go in the first
+/// round without counting towards their file's pieces.
+const SMALL_PIECE_LINES: usize = 3;
 /// A piece is cut to fit only if at least this much of the budget is left.
 const MIN_CUT_TOKENS: usize = 60;
 
@@ -114,6 +117,11 @@ pub fn pack(mut candidates: Vec<Candidate>, budget: usize) -> Pack {
     let mut per_file: HashMap<String, usize> = HashMap::new();
     let (mut first, mut second) = (Vec::new(), Vec::new());
     for c in unique {
+        // A line or three (a call site, a signature) does not use up its file's turn.
+        if c.end_line < c.start_line + SMALL_PIECE_LINES {
+            first.push(c);
+            continue;
+        }
         let n = per_file.entry(c.path.clone()).or_default();
         *n += 1;
         if *n <= FIRST_ROUND_PER_FILE {
@@ -190,24 +198,34 @@ enum Offer {
 /// Adds `c` to `taken` within `room` tokens: merged into a piece of the
 /// same file it overlaps or touches, whole, cut to its first lines, or not.
 fn offer(taken: &mut Vec<Taken>, c: Candidate, room: usize) -> Offer {
-    let overlapping = taken.iter().position(|t| {
-        t.candidate.path == c.path
-            && c.start_line <= t.candidate.end_line + 1
-            && t.candidate.start_line <= c.end_line + 1
-    });
+    let overlapping = taken.iter().position(|t| touches(&t.candidate, &c));
     if let Some(i) = overlapping {
         let old = &taken[i].candidate;
         if old.start_line <= c.start_line && c.end_line <= old.end_line {
             return Offer::Covered;
         }
-        let merged = merge(old, &c);
+        let mut merged = merge(old, &c);
+        let mut before = taken[i].tokens;
+        // The grown span may reach other pieces of the file: they merge too.
+        let mut absorbed = Vec::new();
+        loop {
+            let reached =
+                (0..taken.len()).find(|&j| j != i && !absorbed.contains(&j) && touches(&taken[j].candidate, &merged));
+            let Some(j) = reached else { break };
+            merged = merge(&merged, &taken[j].candidate);
+            before += taken[j].tokens;
+            absorbed.push(j);
+        }
+        absorbed.sort_unstable();
         let after = piece_tokens(&merged);
-        let before = taken[i].tokens;
         if after <= before + room {
             taken[i] = Taken {
                 candidate: merged,
                 tokens: after,
             };
+            for j in absorbed.into_iter().rev() {
+                taken.remove(j);
+            }
             return Offer::Grew { before, after };
         }
         return Offer::TooBig(c);
@@ -225,6 +243,11 @@ fn offer(taken: &mut Vec<Taken>, c: Candidate, room: usize) -> Offer {
         }
     }
     Offer::TooBig(c)
+}
+
+/// Whether two spans of one file overlap or touch.
+fn touches(a: &Candidate, b: &Candidate) -> bool {
+    a.path == b.path && b.start_line <= a.end_line + 1 && a.start_line <= b.end_line + 1
 }
 
 /// The union of two overlapping or touching spans of one file; the role and
@@ -398,6 +421,17 @@ mod tests {
     }
 
     #[test]
+    fn a_span_that_grows_over_two_pieces_merges_them() {
+        let first = candidate("a.rs", 4, 2, 3.0);
+        let second = candidate("a.rs", 8, 2, 2.0);
+        let whole = candidate("a.rs", 1, 9, 1.0);
+        let pack = pack(vec![first, second, whole], 3_000);
+        assert_eq!(pack.pieces.len(), 1, "{:?}", pack.pieces);
+        assert_eq!(pack.pieces[0].lines, "1-9");
+        assert_eq!(pack.pieces[0].text.lines().count(), 9);
+    }
+
+    #[test]
     fn other_files_come_before_a_third_piece_of_one_file() {
         let mut candidates: Vec<Candidate> = (0..5)
             .map(|i| candidate("big.rs", 1 + 20 * i, 4, 10.0 - i as f64))
@@ -406,6 +440,14 @@ mod tests {
         let pack = pack(candidates, 600);
         let files: Vec<&str> = pack.pieces.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(&files[..3], ["big.rs", "big.rs", "other.rs"], "{files:?}");
+        // A signature of a line does not take a file's turn.
+        let mut candidates: Vec<Candidate> = (0..3)
+            .map(|i| candidate("big.rs", 1 + 20 * i, 4, 10.0 - i as f64))
+            .collect();
+        candidates.insert(1, candidate("big.rs", 100, 1, 9.5));
+        let pack = super::pack(candidates, 3_000);
+        let lines: Vec<&str> = pack.pieces.iter().map(|p| p.lines.as_str()).collect();
+        assert_eq!(lines, ["1-4", "100-100", "21-24", "41-44"], "{lines:?}");
     }
 
     #[test]

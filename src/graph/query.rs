@@ -632,6 +632,12 @@ impl<'c> Graph<'c> {
         Ok(self.callers_within(symbol, depth, &mut { usize::MAX })?.0)
     }
 
+    /// Direct callers, examining `max_refs` references at most (a name used
+    /// everywhere must not take seconds); true when references were left unexamined.
+    pub fn callers_bounded(&mut self, symbol: &Symbol, max_refs: usize) -> Result<(Vec<Edge>, bool)> {
+        self.callers_within(symbol, 1, &mut { max_refs })
+    }
+
     /// Direct callers, examining `budget` references at most (taken off the
     /// budget); true when references were left unexamined.
     fn callers_within(&mut self, symbol: &Symbol, depth: usize, budget: &mut usize) -> Result<(Vec<Edge>, bool)> {

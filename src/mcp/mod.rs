@@ -153,6 +153,22 @@ impl From<PeekArgs> for SearchArgs {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct QuestionArgs {
+    /// The question or task, in words or identifiers.
+    pub query: String,
+    /// Tokens the whole answer may take (default 3000).
+    #[serde(default)]
+    #[schemars(range(min = 500, max = 16000))]
+    pub budget: Option<usize>,
+    /// hybrid (default), semantic or lexical.
+    #[serde(default)]
+    pub mode: Option<SearchMode>,
+    /// Only paths matching this glob (`src/**/*.rs`) or under this folder.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SimilarArgs {
     /// A code snippet, or `path:line` of an indexed chunk.
     pub target: String,
@@ -968,6 +984,22 @@ definition: one call returns the ranked functions with their code.",
     }
 
     #[tool(
+        description = "What you need to answer a question about the code, in one call within a token budget: \
+the best code for it plus its callers' call sites, its callees' signatures, its tests and matching docs. Use it \
+instead of codebase_search and reading files when you want to understand something, not list where it is.",
+        annotations(read_only_hint = true),
+        output_schema = schema_for_output::<crate::context::question::QuestionContext>()
+    )]
+    async fn codebase_context(
+        &self,
+        Parameters(Args(args)): Parameters<Args<QuestionArgs>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let started = Instant::now();
+        let result = self.question_tool(args).await;
+        self.finish("codebase_context", started, result)
+    }
+
+    #[tool(
         description = "codebase_search without the code: locations and symbols only, for cheap orientation \
 (which files handle a feature?).",
         annotations(read_only_hint = true),
@@ -1178,9 +1210,8 @@ name returns candidates.",
     }
 
     #[tool(
-        description = "Where to start in an unfamiliar repository: its most important files with their key \
-definitions (signature lines), ranked by how much the code refers to them, optionally around a path or a \
-question. One call instead of listing folders and opening files.",
+        description = "Where to start in an unfamiliar repository: its most referenced files with their key \
+definitions' signatures, optionally around a path or a question. Instead of listing folders and opening files.",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<crate::context::map::RepoMap>()
     )]
@@ -1229,10 +1260,9 @@ sites; no edges when none within 12 calls.",
     }
 
     #[tool(
-        description = "Everything an edit of one symbol needs, in one call within a token budget (default 3000): \
-its body, signature and doc, its callers' call sites (same folder first, tests last), its callees' signatures, \
-the tests that call it, the last commits that changed it. Use it instead of search and reading files when you \
-know the symbol; locations_only answers \"where is X defined?\". An ambiguous name returns candidates.",
+        description = "Everything an edit of one symbol needs, within a token budget: its body, signature and doc, \
+callers' call sites, callees' signatures, its tests, last commits. Use it instead of search and reading files \
+when you know the symbol; locations_only answers \"where is X defined?\".",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<crate::context::symbol::SymbolContext>()
     )]
@@ -1261,10 +1291,9 @@ know the symbol; locations_only answers \"where is X defined?\". An ambiguous na
     }
 
     #[tool(
-        description = "What a change affects: the changed symbols (deleted and renamed too), their callers with call \
-sites, the tests that reach them, a risk level with reasons, and a command running just those tests. Use it \
-instead of search after editing or to review a branch (default: uncommitted changes; `staged`; `rev`: A..B or a \
-branch).",
+        description = "What a change affects: changed symbols (deleted, renamed too), their callers, the tests that \
+reach them, a risk level, and a command running just those tests. Use it after editing or to review a branch \
+(default: uncommitted changes).",
         annotations(read_only_hint = true),
         output_schema = schema_for_output::<crate::context::impact::Impact>()
     )]
@@ -1342,6 +1371,56 @@ impl KenServer {
             notice: (!notices.is_empty()).then(|| notices.join("; ")),
             index: Some(index),
         })
+    }
+
+    async fn question_tool(&self, args: QuestionArgs) -> Result<CallToolResult, ErrorData> {
+        if args.query.trim().is_empty() {
+            return Ok(tool_error("`query` is empty: say what to look for"));
+        }
+        if let Err(e) = crate::context::pack::checked_budget(args.budget) {
+            return Ok(tool_error(format!("`budget`: {e}")));
+        }
+        if let Some(indexing) = self.wait_for_first_index().await {
+            return Ok(tool_error(indexing));
+        }
+        let req = crate::context::question::QuestionRequest {
+            query: args.query,
+            budget: args.budget,
+            mode: args.mode.unwrap_or_default(),
+            path_glob: args.path,
+        };
+        let server = self.clone();
+        let started = Instant::now();
+        let outcome = blocking(move || server.answer_question(&req)).await?;
+        if let Ok(answer) = &outcome {
+            let lexical_fallback = answer.notice.as_deref().is_some_and(|n| n.contains("lexical"));
+            self.metrics.query(started.elapsed(), lexical_fallback);
+        }
+        data_result(outcome)
+    }
+
+    /// codebase_context with pooled searchers of the project and the knowledge bases.
+    fn answer_question(
+        &self,
+        req: &crate::context::question::QuestionRequest,
+    ) -> anyhow::Result<crate::context::question::QuestionContext> {
+        let project = self.pool.take(PROJECT, &self.root, &self.index_dir)?;
+        let mut opened = Vec::new();
+        for base in self.knowledge_bases() {
+            if let Ok(s) = self
+                .pool
+                .take(&base.name, base.root(), &base.index_dir(&self.index_dir))
+            {
+                opened.push((base, s));
+            }
+        }
+        let refs: Vec<(KnowledgeBase, &Searcher)> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
+        let answer = crate::context::question::context_for_question(&project, &refs, &self.root, req);
+        self.pool.give(PROJECT, project);
+        for (base, searcher) in opened {
+            self.pool.give(&base.name, searcher);
+        }
+        answer
     }
 
     /// While this server's watcher builds a repository's first index, a search

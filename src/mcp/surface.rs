@@ -18,12 +18,18 @@ use serde_json::{Map, Value};
 pub const PRESETS: &[(&str, &[&str], &str)] = &[
     (
         "search",
-        &["codebase_search", "codebase_peek", "find_similar"],
+        &["codebase_search", "codebase_context", "codebase_peek", "find_similar"],
         "find code by meaning, keywords or identifier",
     ),
     (
         "graph",
-        &["call_graph", "call_graph_path", "symbol_context", "change_impact", "repo_map"],
+        &[
+            "call_graph",
+            "call_graph_path",
+            "symbol_context",
+            "change_impact",
+            "repo_map",
+        ],
         "callers, callees, call paths, context for an edit, what a change affects, where to start",
     ),
     (
