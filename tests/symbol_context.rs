@@ -354,9 +354,11 @@ fn ambiguous_unknown_and_bad_budgets_are_clear() {
     // Budgets outside 500..16000 are refused.
     let out = ken(dir, &["context", "--symbol", "Memory", "--budget", "100"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("between 500 and 16000"));
-    // The query form belongs to codebase_context.
-    let out = ken(dir, &["context", "how are keys stored"]);
+    // A question and a symbol at once, or neither, is refused.
+    let out = ken(dir, &["context", "how are keys stored", "--symbol", "Memory"]);
     assert!(!out.status.success());
+    let out = ken(dir, &["context"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give a QUERY or --symbol NAME"));
 }
 
 #[test]
