@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -168,14 +167,7 @@ fn a_kill_during_indexing_or_embedding_loses_no_committed_work() {
     git(root, &["commit", "-qm", "init"]);
     let mut resumed = 0;
     for kill_after_ms in [200u64, 700, 1500, 2500, 4000] {
-        let mut child = Command::new(ken_bin())
-            .args(["index", "-q"])
-            .current_dir(root)
-            .env("KEN_SHARED_CACHE", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_silent(&ken_bin(), root, &["index", "-q"]);
         std::thread::sleep(Duration::from_millis(kill_after_ms));
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();

@@ -902,14 +902,7 @@ fn health_reconciles_the_vector_file_after_a_killed_embedding() {
         }
         ok(root, &["index", "--no-embed", "-q"]);
         let before = vectors(&db);
-        let mut child = Command::new(bin())
-            .args(["embed", "-q"])
-            .current_dir(root)
-            .env("KEN_SHARED_CACHE", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_silent(&bin(), root, &["embed", "-q"]);
         let started = Instant::now();
         while vectors(&db) == before && started.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(5));

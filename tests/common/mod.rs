@@ -236,3 +236,16 @@ pub fn assert_explained(hit: &Value) {
     let lexical = e["lexical"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&lexical), "{hit}");
 }
+
+/// `bin ARGS` started in `dir` with output discarded and the vector cache
+/// off, for tests that kill it midway.
+pub fn spawn_silent(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .env("KEN_SHARED_CACHE", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("ken runs")
+}
