@@ -454,11 +454,10 @@ fn analyze(
         let old_names: HashSet<String> = old_defs.iter().map(|d| qualified(&d.row)).collect();
         let mut seen = HashSet::new();
         let mut added = Vec::new();
-        let new_ranges: Vec<(u32, u32)> = if new_text.is_some() && old_text.is_none() {
-            vec![(1, u32::MAX / 2)]
-        } else {
-            f.new_lines.clone()
-        };
+        // A side alone (a file added or deleted) changed every line.
+        let changed_lines =
+            |alone: bool, lines: &Vec<(u32, u32)>| if alone { vec![(1, u32::MAX / 2)] } else { lines.clone() };
+        let new_ranges = changed_lines(new_text.is_some() && old_text.is_none(), &f.new_lines);
         for i in touched(&new_defs, &new_ranges) {
             let d = &new_defs[i];
             let q = qualified(&d.row);
@@ -471,11 +470,7 @@ fn analyze(
             }
             changes.push(Change::of(d, &path, change));
         }
-        let old_ranges: Vec<(u32, u32)> = if old_text.is_some() && new_text.is_none() {
-            vec![(1, u32::MAX / 2)]
-        } else {
-            f.old_lines.clone()
-        };
+        let old_ranges = changed_lines(old_text.is_some() && new_text.is_none(), &f.old_lines);
         for i in touched(&old_defs, &old_ranges) {
             let d = &old_defs[i];
             let q = qualified(&d.row);

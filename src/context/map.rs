@@ -279,7 +279,7 @@ fn listing(root: &Path, file: RankedFile, order: usize, read: bool) -> Option<Ca
         .iter()
         .map(|(s, _)| {
             let signature = lines
-                .get(s.line as usize - 1)
+                .get((s.line as usize).saturating_sub(1))
                 .map(|l| l.trim())
                 .filter(|l| !l.is_empty())
                 .map_or_else(
