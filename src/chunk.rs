@@ -9,12 +9,12 @@
 //! Anything longer than the limits is split at syntax boundaries with a few
 //! lines of overlap. Files without a grammar are cut into line windows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
 
-use crate::graph::extract::DefSpan;
+use crate::graph::extract::{DefSpan, SymbolRow};
 use crate::graph::FileGraph;
 use crate::lang::Language;
 
@@ -240,13 +240,7 @@ fn chunk_with_grammar(
     limits: &ChunkLimits,
     graph: bool,
 ) -> Result<(Vec<Chunk>, Option<FileGraph>)> {
-    let mut parser = Parser::new();
-    parser
-        .set_language(&lang.grammar())
-        .with_context(|| format!("loading the {} grammar", lang.name))?;
-    let tree = parser
-        .parse(source, None)
-        .with_context(|| format!("parsing {} source", lang.name))?;
+    let tree = parse(lang, source)?;
     let root = tree.root_node();
     let defs = find_definitions(lang, root, source)?;
     let mut out = ChunkSink::new(source, lines, limits);
@@ -264,6 +258,27 @@ fn chunk_with_grammar(
         false => None,
     };
     Ok((out.finish(), graph))
+}
+
+fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&lang.grammar())
+        .with_context(|| format!("loading the {} grammar", lang.name))?;
+    parser
+        .parse(source, None)
+        .with_context(|| format!("parsing {} source", lang.name))
+}
+
+/// The code graph's symbols of `source` (as [`chunk_and_graph`] finds them),
+/// without chunks or references; empty for a language without a graph.
+pub fn graph_symbols(lang: &Language, source: &str) -> Result<Vec<SymbolRow>> {
+    let tree = parse(lang, source)?;
+    let root = tree.root_node();
+    let defs = find_definitions(lang, root, source)?;
+    let mut spans = Vec::new();
+    def_spans(&defs, None, &mut spans);
+    Ok(crate::graph::extract::symbols(lang, root, source, &spans)?.unwrap_or_default())
 }
 
 /// The definitions in source order, for the code graph.
@@ -316,7 +331,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             name,
             name_row,
             pattern: m.pattern_index,
-            start_row: leading_trivia_start(node),
+            start_row: node.start_position().row,
             end_row: definition_end_row(&node),
             children: Vec::new(),
         };
@@ -328,7 +343,20 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             }
         }
     }
-    Ok(nest(found.into_values().collect()))
+    let mut defs: Vec<Def<'t>> = found.into_values().collect();
+    let nodes: Vec<Node> = defs.iter().map(|d| d.node).collect();
+    let starts = leading_trivia_starts(root, &nodes);
+    for def in &mut defs {
+        // A node the walk did not reach (inside an error recovery) asks its siblings.
+        def.start_row = match starts.get(&def.node.id()) {
+            Some(&row) => row,
+            None => trivia_start(
+                def.node,
+                std::iter::successors(def.node.prev_sibling(), Node::prev_sibling),
+            ),
+        };
+    }
+    Ok(nest(defs))
 }
 
 /// Names are shown on one line; heading texts and the like may span several.
@@ -342,17 +370,57 @@ fn clean_name(raw: &str) -> String {
     base.chars().take(200).collect()
 }
 
-/// The row where a definition starts once the doc comments, attributes and
-/// decorators directly above it are included.
-fn leading_trivia_start(node: Node) -> usize {
+/// The rows where definitions start once the doc comments, attributes and
+/// decorators directly above them are included, keyed by node id. `nodes` are
+/// sorted by (start, end descending). One walk down the definitions' ancestors:
+/// `Node::prev_sibling` re-descends from the root on every call, which made a
+/// class or impl with hundreds of members quadratic.
+fn leading_trivia_starts(root: Node, nodes: &[Node]) -> HashMap<usize, usize> {
+    fn visit(parent: Node, nodes: &[Node], out: &mut HashMap<usize, usize>) {
+        let mut cursor = parent.walk();
+        let children: Vec<Node> = parent.children(&mut cursor).collect();
+        let mut rest = nodes;
+        for (i, child) in children.iter().enumerate() {
+            let inside = rest
+                .iter()
+                .take_while(|n| n.start_byte() < child.end_byte() || n.id() == child.id())
+                .count();
+            let (here, later) = rest.split_at(inside);
+            rest = later;
+            let mut deeper = Vec::new();
+            for node in here {
+                if node.id() == child.id() {
+                    out.insert(node.id(), trivia_start(*child, children[..i].iter().rev().copied()));
+                } else {
+                    deeper.push(*node);
+                }
+            }
+            if !deeper.is_empty() {
+                visit(*child, &deeper, out);
+            }
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    let (top, below): (Vec<Node>, Vec<Node>) = nodes.iter().partition(|n| n.id() == root.id());
+    for node in top {
+        out.insert(node.id(), node.start_position().row);
+    }
+    visit(root, &below, &mut out);
+    out
+}
+
+/// `node`'s start row extended over the trivia that ends right above it among
+/// `before`, its preceding siblings, nearest first.
+fn trivia_start<'t>(node: Node<'t>, before: impl Iterator<Item = Node<'t>>) -> usize {
     let mut start = node.start_position().row;
-    let mut cur = node;
-    while let Some(prev) = cur.prev_sibling() {
+    for prev in before {
         if !is_leading_trivia(prev.kind()) || end_row(&prev) + 1 < start {
             break;
         }
         start = prev.start_position().row;
-        cur = prev;
     }
     start
 }

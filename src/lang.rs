@@ -25,6 +25,8 @@ pub struct Language {
     /// `tags.scm` (references for the code graph), for the languages that have one.
     tags_query_source: Option<&'static str>,
     tags_query: OnceLock<Result<Query, String>>,
+    /// `tags.scm` with its reference patterns disabled.
+    tags_definitions_query: OnceLock<Result<Query, String>>,
 }
 
 impl Language {
@@ -46,10 +48,39 @@ impl Language {
         Some(self.compiled(&self.tags_query, TAGS).context("invalid tags query"))
     }
 
+    /// `tags.scm` matching definitions only (what contains them, a method's
+    /// receiver): for reading a file's symbols without its references, which
+    /// are most of the matches.
+    pub fn tags_definitions_query(&self) -> Option<Result<&Query>> {
+        self.tags_query_source?;
+        let compiled = self.compiled_with(&self.tags_definitions_query, TAGS, |query, source| {
+            for pattern in 0..query.pattern_count() {
+                let text = &source[query.start_byte_for_pattern(pattern)..query.end_byte_for_pattern(pattern)];
+                if !text.contains("@definition.") {
+                    query.disable_pattern(pattern);
+                }
+            }
+        });
+        Some(compiled.context("invalid tags query"))
+    }
+
     fn compiled<'a>(&self, cell: &'a OnceLock<Result<Query, String>>, file: &str) -> Result<&'a Query> {
+        self.compiled_with(cell, file, |_, _| {})
+    }
+
+    /// The query in `file`, compiled once into `cell` and then adjusted by `adjust`.
+    fn compiled_with<'a>(
+        &self,
+        cell: &'a OnceLock<Result<Query, String>>,
+        file: &str,
+        adjust: impl FnOnce(&mut Query, &str),
+    ) -> Result<&'a Query> {
         cell.get_or_init(|| {
             let source = self.resolved_query_source(file)?;
-            Query::new(&self.grammar(), &source).map_err(|e| format!("native-grammars/{}/{file}: {e}", self.name))
+            let mut query = Query::new(&self.grammar(), &source)
+                .map_err(|e| format!("native-grammars/{}/{file}: {e}", self.name))?;
+            adjust(&mut query, &source);
+            Ok(query)
         })
         .as_ref()
         .map_err(|e| anyhow::anyhow!("{e}"))
@@ -109,6 +140,7 @@ macro_rules! languages {
                     chunks_query: OnceLock::new(),
                     tags_query_source: tags_source($name),
                     tags_query: OnceLock::new(),
+                    tags_definitions_query: OnceLock::new(),
                 },
             )*])
         }

@@ -31,7 +31,7 @@ use crate::lexical;
 /// Bumped whenever the schema or the meaning of stored data changes. An
 /// index of an older version is upgraded in place by [`MIGRATIONS`] when a
 /// chain of steps leads from its version to this one; any other is rebuilt.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The steps that upgrade an index in place, oldest first: `(from, sql)`
 /// turns an index of version `from` into one of version `from + 1`. Only
@@ -39,7 +39,7 @@ pub const SCHEMA_VERSION: i64 = 5;
 /// index holds (its vectors above all) is kept. A change to the meaning of
 /// stored data bumps [`SCHEMA_VERSION`] without a step: older indexes are
 /// then rebuilt.
-const MIGRATIONS: &[(i64, &str)] = &[(4, SKIPPED_FILES_SCHEMA)];
+const MIGRATIONS: &[(i64, &str)] = &[(4, SKIPPED_FILES_SCHEMA), (5, crate::graph::IMPORT_MODULES_INDEX)];
 
 /// Added in version 5. `mtime_ns` is 0 when the file was too recent to trust
 /// its mtime (as in `catalog`); `reason` is the [`SkipReason`]'s key
@@ -1081,6 +1081,8 @@ fn create_index(dir: &Path, salvage_from: Option<&Path>) -> Result<Salvaged> {
         tx.execute_batch(SKIPPED_FILES_SCHEMA)
             .context("creating the index schema")?;
         tx.execute_batch(crate::graph::SCHEMA)
+            .context("creating the graph schema")?;
+        tx.execute_batch(crate::graph::IMPORT_MODULES_INDEX)
             .context("creating the graph schema")?;
         tx.execute(
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",

@@ -235,3 +235,50 @@ fn huge_fan_in_and_fan_out_are_capped_and_say_so() {
     let tree = ken_ok(dir, &["callgraph", "target", "--callers"]);
     assert!(tree.contains("truncated:"), "{tree}");
 }
+
+/// `graph_symbols` (what `change_impact` parses a side of a diff with) finds
+/// exactly the symbols indexing stores, in every fixture of every language,
+/// though it runs no reference patterns.
+#[test]
+fn symbols_alone_equal_the_symbols_of_indexing() {
+    let mut compared = 0;
+    let mut with_container = BTreeSet::new();
+    for entry in walk(&fixture_root()) {
+        let Some(lang) = ken::lang::for_path(&entry) else {
+            continue;
+        };
+        let source = std::fs::read_to_string(&entry).unwrap();
+        let limits = ken::chunk::ChunkLimits::default();
+        let Some(indexed) = ken::chunk::chunk_and_graph(Some(lang), &source, &limits, true)
+            .unwrap()
+            .1
+        else {
+            continue;
+        };
+        let alone = ken::chunk::graph_symbols(lang, &source).unwrap();
+        assert_eq!(alone, indexed.symbols, "{}", entry.display());
+        if alone.iter().any(|s| s.container.is_some()) {
+            with_container.insert(lang.name);
+        }
+        compared += 1;
+    }
+    assert!(compared >= 15, "only {compared} fixture files compared");
+    // Containers come from the tags query's definition patterns as well (Go's receivers).
+    for lang in ["go", "rust", "java", "python", "typescript"] {
+        assert!(with_container.contains(lang), "no symbol with a container in {lang}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}

@@ -308,13 +308,15 @@ fn downgrade_to_v4(root: &Path) {
     let conn = db(root);
     conn.execute_batch(
         "DROP TABLE skipped_files;
+         DROP INDEX refs_import_modules;
          UPDATE meta SET value = '4' WHERE key = 'schema_version';
          INSERT OR REPLACE INTO meta (key, value) VALUES ('test_marker', 'kept');",
     )
     .unwrap();
 }
 
-/// (schema version, test marker, whether the skipped_files table exists).
+/// (schema version, test marker, whether the skipped_files table and the
+/// import modules index (versions 5 and 6) exist).
 fn db_state(root: &Path) -> (String, Option<String>, bool) {
     use rusqlite::OptionalExtension;
     let conn = db(root);
@@ -325,7 +327,7 @@ fn db_state(root: &Path) -> (String, Option<String>, bool) {
     };
     let table: bool = conn
         .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'skipped_files')",
+            "SELECT count(*) = 2 FROM sqlite_master WHERE name IN ('skipped_files', 'refs_import_modules')",
             [],
             |r| r.get(0),
         )
@@ -362,10 +364,10 @@ fn an_index_of_schema_version_4_is_upgraded_in_place() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("rebuild"));
     let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits[0]["path"], "src/auth/jwt.py", "{hits}");
-    assert_eq!(db_state(root), ("5".to_string(), Some("kept".to_string()), true));
+    assert_eq!(db_state(root), ("6".to_string(), Some("kept".to_string()), true));
     assert_eq!(counts(root), before);
     let status = ken_json(root, &["status", "--json"]);
-    assert_eq!(status["schema_version"], 5);
+    assert_eq!(status["schema_version"], 6);
     assert_eq!(status["chunks"], chunks);
     let report = index_json(root);
     assert_eq!(report["parsed"], 0, "{report}");
@@ -380,7 +382,7 @@ fn an_index_of_schema_version_4_is_upgraded_in_place() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["parsed"], 0, "{report}");
     assert_eq!(report["chunks"], chunks, "{report}");
-    assert_eq!(db_state(root), ("5".to_string(), Some("kept".to_string()), true));
+    assert_eq!(db_state(root), ("6".to_string(), Some("kept".to_string()), true));
     assert_eq!(counts(root), before);
     assert_eq!(pending(root), 0);
     assert_eq!(search(root, "check_expiry", 1)[0]["path"], "src/auth/jwt.py");

@@ -323,25 +323,42 @@ impl Def<'_> {
     }
 }
 
-/// Definitions of `source` (a file at `path`), as extracted at indexing.
-fn definitions<'s>(path: &str, source: &'s str) -> Vec<Def<'s>> {
-    let Some(lang) = crate::lang::for_path(Path::new(path)) else {
-        return Vec::new();
-    };
-    let limits = crate::chunk::ChunkLimits::default();
-    let Ok((_, Some(graph))) = crate::chunk::chunk_and_graph(Some(lang), source, &limits, true) else {
-        return Vec::new();
+/// Definitions of `source` (the file at `path`, relative to the root): from
+/// the index when it holds this version of the file, else parsed as indexing
+/// would (one side of a diff is usually indexed; a large file's parse is most
+/// of the time this tool takes).
+fn definitions<'s>(graph: &Graph, path: &str, source: &'s str) -> Result<Vec<Def<'s>>> {
+    let hash = crate::store::content_hash(source.as_bytes());
+    let rows = match graph.symbols_of_version(path, hash)? {
+        Some(rows) => rows,
+        None => {
+            let Some(lang) = crate::lang::for_path(Path::new(path)) else {
+                return Ok(Vec::new());
+            };
+            crate::chunk::graph_symbols(lang, source).unwrap_or_default()
+        }
     };
     let lines: Vec<&str> = source.lines().collect();
-    graph
-        .symbols
+    // Line starts, so that a definition's text is its whole lines whichever way it was found.
+    let mut starts: Vec<usize> = vec![0];
+    starts.extend(source.match_indices('\n').map(|(i, _)| i + 1));
+    let at = |line: u32| {
+        starts
+            .get(line as usize)
+            .copied()
+            .unwrap_or(source.len())
+            .min(source.len())
+    };
+    Ok(rows
         .into_iter()
         .map(|row| Def {
             head: lines.get(row.line.saturating_sub(1) as usize).copied().unwrap_or(""),
-            text: source.get(row.start_byte as usize..row.end_byte as usize).unwrap_or(""),
+            text: source
+                .get(at(row.start_line.saturating_sub(1))..at(row.end_line))
+                .unwrap_or(""),
             row,
         })
-        .collect()
+        .collect())
 }
 
 /// Indexes of the innermost definitions holding a line of `ranges`.
@@ -448,8 +465,16 @@ fn analyze(
                 String::from_utf8(repo.find_blob(entry.id).ok()?.content().to_vec()).ok()
             }
         });
-        let old_defs = old_text.as_deref().map(|t| definitions(shown, t)).unwrap_or_default();
-        let new_defs = new_text.as_deref().map(|t| definitions(shown, t)).unwrap_or_default();
+        let old_defs = old_text
+            .as_deref()
+            .map(|t| definitions(graph, &path, t))
+            .transpose()?
+            .unwrap_or_default();
+        let new_defs = new_text
+            .as_deref()
+            .map(|t| definitions(graph, &path, t))
+            .transpose()?
+            .unwrap_or_default();
         let new_names: HashSet<String> = new_defs.iter().map(|d| qualified(&d.row)).collect();
         let old_names: HashSet<String> = old_defs.iter().map(|d| qualified(&d.row)).collect();
         let mut seen = HashSet::new();
@@ -783,7 +808,9 @@ fn module_symbol(path: &str, language: &str) -> Symbol {
 fn importers(graph: &Graph, stem: &str) -> Result<Vec<String>> {
     let (conn, branch) = graph.connection();
     let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT c.path, r.module FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
+        // CROSS JOIN keeps the import rows (an index of their own) the outer loop;
+        // the planner would otherwise read every reference of the branch.
+        "SELECT DISTINCT c.path, r.module FROM refs r CROSS JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
          WHERE r.kind = 'import' AND r.module LIKE '%' || ?2 || '%' ORDER BY c.path",
     )?;
     let rows: Vec<(String, Option<String>)> = stmt

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use tree_sitter::{Node, QueryCursor, StreamingIterator};
+use tree_sitter::{Node, Query, QueryCursor, StreamingIterator};
 
 use crate::lang::Language;
 
@@ -77,7 +77,18 @@ pub fn extract(lang: &Language, root: Node, source: &str, defs: &[DefSpan]) -> R
     let Some(query) = lang.tags_query() else {
         return Ok(None);
     };
-    let query = query?;
+    extract_with(query?, root, source, defs).map(Some)
+}
+
+/// The symbols [`extract`] finds, without the references.
+pub fn symbols(lang: &Language, root: Node, source: &str, defs: &[DefSpan]) -> Result<Option<Vec<SymbolRow>>> {
+    let Some(query) = lang.tags_definitions_query() else {
+        return Ok(None);
+    };
+    Ok(Some(extract_with(query?, root, source, defs)?.symbols))
+}
+
+fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Result<FileGraph> {
     let mut graph = FileGraph::default();
     // Named definitions become symbols; the parent of a symbol is its nearest named ancestor.
     let mut symbol_of: Vec<Option<usize>> = Vec::with_capacity(defs.len());
@@ -227,7 +238,7 @@ pub fn extract(lang: &Language, root: Node, source: &str, defs: &[DefSpan]) -> R
         }
         graph.refs.push(row);
     }
-    Ok(Some(graph))
+    Ok(graph)
 }
 
 /// The innermost symbol whose node contains byte `pos` (symbols are in pre-order).

@@ -302,6 +302,37 @@ impl<'c> Graph<'c> {
         &self.branch
     }
 
+    /// The definitions of the version of `path` whose content hash is `hash`,
+    /// in source order, if the index holds that version (of any branch).
+    pub fn symbols_of_version(&self, path: &str, hash: i64) -> Result<Option<Vec<super::extract::SymbolRow>>> {
+        let file: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT id FROM files WHERE path = ?1 AND content_hash = ?2")?
+            .query_row(params![path, hash], |r| r.get(0))
+            .optional()?;
+        let Some(file) = file else { return Ok(None) };
+        let rows = self
+            .conn
+            .prepare_cached(
+                "SELECT name, kind, container, line, start_line, end_line FROM symbols WHERE file_id = ?1 ORDER BY id",
+            )?
+            .query_map([file], |r| {
+                Ok(super::extract::SymbolRow {
+                    name: r.get(0)?,
+                    kind: r.get(1)?,
+                    container: r.get(2)?,
+                    line: r.get(3)?,
+                    start_line: r.get(4)?,
+                    end_line: r.get(5)?,
+                    start_byte: 0,
+                    end_byte: 0,
+                    parent: None,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(Some(rows))
+    }
+
     /// Definitions named `name` on the branch.
     pub fn symbols_named(&mut self, name: &str) -> Result<Rc<Vec<Rc<Symbol>>>> {
         if let Some(found) = self.by_name.get(name) {
