@@ -374,3 +374,98 @@ fn errors_are_plain() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a git repository"));
 }
+
+/// The test files of `v`, in ken's order, each once.
+fn test_files(v: &Value) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for t in v["tests"].as_array().unwrap() {
+        let path = t["path"].as_str().unwrap().to_string();
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// A src-layout Python package whose tests reach its modules in every way
+/// ken knows: by name, through the package, by import, by direct and deeper
+/// calls; and a test of the standard library's `unittest`.
+fn python_package() -> tempfile::TempDir {
+    project(&[
+        ("pyproject.toml", "[tool.pytest.ini_options]\n"),
+        ("src/shop/__init__.py", "from .cart import Cart\n"),
+        (
+            "src/shop/cart.py",
+            "from shop.pricing import price\n\n\nclass Cart:\n    def __init__(self):\n        self.items = []\n\n\ndef checkout(items):\n    return sum(price(i) for i in items)\n",
+        ),
+        ("src/shop/pricing.py", "def price(x):\n    return x * 2\n"),
+        ("src/shop/unittest.py", "def helper():\n    return 1\n"),
+        (
+            "tests/test_pricing.py",
+            "import subprocess\n\n\ndef test_cli():\n    assert subprocess.run([\"true\"]).returncode == 0\n",
+        ),
+        ("tests/test_shop.py", "def test_nothing():\n    assert True\n"),
+        (
+            "tests/test_checkout.py",
+            "from shop.pricing import price\n\n\ndef test_total():\n    assert price(2) == 4\n",
+        ),
+        ("tests/test_misc.py", "from shop import pricing\n\n\ndef test_imported():\n    assert pricing\n"),
+        (
+            "tests/test_deep.py",
+            "from shop.cart import checkout\n\n\ndef test_checkout():\n    assert checkout([1]) == 2\n",
+        ),
+        ("tests/test_api.py", "import shop\n\n\ndef test_cart():\n    assert shop.Cart().items == []\n"),
+        ("tests/test_version.py", "import shop\n\n\ndef test_version():\n    assert shop\n"),
+        (
+            "tests/test_stdlib.py",
+            "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_x(self):\n        self.assertTrue(True)\n",
+        ),
+    ])
+}
+
+#[test]
+fn python_test_files_rank_by_name_then_the_closest_evidence() {
+    let tmp = python_package();
+    let root = tmp.path();
+    edit(root, "src/shop/pricing.py", "x * 2", "x + x");
+    let v = impact(root, &[]);
+    // Named after the module, after its package, calling it, importing it
+    // (`from shop import pricing`), calling it through a caller.
+    assert_eq!(
+        test_files(&v),
+        [
+            "tests/test_pricing.py",
+            "tests/test_shop.py",
+            "tests/test_checkout.py",
+            "tests/test_misc.py",
+            "tests/test_deep.py",
+        ],
+        "{v:#}"
+    );
+}
+
+#[test]
+fn python_reexported_class_reaches_tests_using_it_through_the_package() {
+    let tmp = python_package();
+    let root = tmp.path();
+    edit(root, "src/shop/cart.py", "self.items = []", "self.items = list()");
+    let files = test_files(&impact(root, &[]));
+    // `shop.Cart()` reaches the changed `Cart.__init__` through `from .cart import Cart`;
+    // importing the package alone does not.
+    assert!(files.contains(&"tests/test_api.py".to_string()), "{files:?}");
+    assert!(!files.contains(&"tests/test_version.py".to_string()), "{files:?}");
+}
+
+#[test]
+fn python_module_named_like_the_standard_library_is_not_its_import() {
+    let tmp = python_package();
+    let root = tmp.path();
+    edit(root, "src/shop/unittest.py", "return 1", "return 2");
+    let v = impact(root, &[]);
+    // `import unittest` is the standard library's, not `shop.unittest`.
+    assert!(!test_files(&v).contains(&"tests/test_stdlib.py".to_string()), "{v:#}");
+    assert_eq!(symbols(&v), set(&["modified helper"]));
+    // Named after the package only: listed, but not proof that a test reaches it.
+    assert_eq!(test_files(&v), ["tests/test_shop.py"], "{v:#}");
+    assert_eq!(v["symbols"][0]["tested"], false, "{v:#}");
+}

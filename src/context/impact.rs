@@ -111,7 +111,8 @@ pub struct AffectedTest {
     pub name: String,
     pub path: String,
     pub line: u32,
-    /// Calls between it and a changed symbol (0: it imports a changed module).
+    /// Calls between it and a changed symbol (0: it imports a changed module or is
+    /// named after one or its package; a file using a name re-exported from one: 1).
     pub depth: usize,
     /// The changed symbol it reaches (or the module it imports).
     pub reaches: String,
@@ -604,6 +605,8 @@ struct Report {
     /// test key -> test (the nearest reach kept).
     tests: HashMap<String, (AffectedTest, String, String)>,
     lines: HashMap<String, Vec<String>>,
+    /// Test files named after a changed module (0) or its package (1).
+    named: HashMap<String, usize>,
     truncated: bool,
 }
 
@@ -615,6 +618,7 @@ impl Report {
             callers: BTreeMap::new(),
             tests: HashMap::new(),
             lines: HashMap::new(),
+            named: HashMap::new(),
             truncated: false,
         }
     }
@@ -749,21 +753,42 @@ impl Report {
     }
 
     fn finish(mut self, graph: &mut Graph, root: &Path, compared: String, files: Vec<ChangedFile>) -> Result<Impact> {
-        // Test files that import a changed module.
         for f in &files {
-            let stem = Path::new(&f.path)
-                .file_stem()
-                .map(|s| s.to_string_lossy().to_string())
-                .unwrap_or_default();
-            if stem.is_empty() || is_test_path(&f.path) {
+            if is_test_path(&f.path) || crate::lang::for_path(Path::new(&f.path)).is_none() {
                 continue;
             }
-            for path in importers(graph, &stem)? {
+            let stem = module_stem(&f.path);
+            if stem.is_empty() {
+                continue;
+            }
+            // File-level evidence: the test file imports the changed module, uses a
+            // changed name a package re-exports from it, or is named after it.
+            let mut found: Vec<(String, usize, String, bool)> = importers(graph, root, &f.path)?
+                .into_iter()
+                .map(|p| (p, 0, stem.clone(), true))
+                .collect();
+            for (p, name) in reexport_users(graph, root, &f.path, &self.symbols)? {
+                found.push((p, 1, name, true));
+            }
+            // Named after the module, or (less telling) after its package: listed,
+            // but a name alone does not show that a test reaches the change.
+            let names = [Some(stem.clone()), package_name(&f.path)];
+            for (tier, name) in names.into_iter().enumerate() {
+                let Some(name) = name else { continue };
+                for p in named_after_in_index(graph, &name)? {
+                    let best = self.named.entry(p.clone()).or_insert(tier);
+                    *best = (*best).min(tier);
+                    found.push((p, 0, name.clone(), false));
+                }
+            }
+            for (path, depth, reaches, reached) in found {
                 if is_test_path(&path) && !self.tests.values().any(|(t, _, _)| t.path == path) {
                     let lang = crate::lang::for_path(Path::new(&path)).map(|l| l.name).unwrap_or("");
-                    self.add_test(&module_symbol(&path, lang), 0, &stem, &stem);
-                    for s in self.symbols.iter_mut().filter(|s| s.path == f.path) {
-                        s.tested = true;
+                    self.add_test(&module_symbol(&path, lang), depth, &reaches, &stem);
+                    if reached {
+                        for s in self.symbols.iter_mut().filter(|s| s.path == f.path) {
+                            s.tested = true;
+                        }
                     }
                 }
             }
@@ -771,7 +796,8 @@ impl Report {
         let caller_count = self.callers.len();
         let callers: Vec<Caller> = self.callers.into_values().take(MAX_CALLERS).collect();
         let mut tests: Vec<(AffectedTest, String, String)> = self.tests.into_values().collect();
-        tests.sort_by(|a, b| (a.0.depth, &a.0.path, a.0.line).cmp(&(b.0.depth, &b.0.path, b.0.line)));
+        let rank = rank_test_files(&tests, &self.named);
+        tests.sort_by(|a, b| (rank[&a.0.path], a.0.depth, a.0.line).cmp(&(rank[&b.0.path], b.0.depth, b.0.line)));
         let risk = risk(&self.symbols);
         let (runner, command) = runner_command(root, &tests);
         Ok(Impact {
@@ -789,6 +815,36 @@ impl Report {
     }
 }
 
+/// Each test file's place, best first: named after a changed module, then
+/// after its package; then the closest evidence (a test calling a changed
+/// symbol, importing its module, using a re-export of it, calling it through
+/// more calls); then how many of its tests reach the change.
+fn rank_test_files(tests: &[(AffectedTest, String, String)], named: &HashMap<String, usize>) -> HashMap<String, usize> {
+    let mut files: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (t, _, _) in tests {
+        let file_level = t.line == 1 && t.name == t.path;
+        let closeness = match (file_level, t.depth) {
+            (false, 1) => 0,
+            (true, 0) => 1,
+            (true, _) => 2,
+            (false, d) => d + 1,
+        };
+        let e = files.entry(t.path.as_str()).or_insert((usize::MAX, 0));
+        e.0 = e.0.min(closeness);
+        e.1 += usize::from(!file_level);
+    }
+    let mut order: Vec<(&str, (usize, usize))> = files.into_iter().collect();
+    order.sort_by_key(|&(path, (closeness, count))| {
+        let tier = named.get(path).copied().unwrap_or(usize::MAX);
+        (tier, closeness, std::cmp::Reverse(count), path)
+    });
+    order
+        .into_iter()
+        .enumerate()
+        .map(|(i, (path, _))| (path.to_string(), i))
+        .collect()
+}
+
 fn module_symbol(path: &str, language: &str) -> Symbol {
     Symbol {
         id: 0,
@@ -804,32 +860,166 @@ fn module_symbol(path: &str, language: &str) -> Symbol {
     }
 }
 
-/// Files of the branch with an import whose module's last part is `stem`.
-fn importers(graph: &Graph, stem: &str) -> Result<Vec<String>> {
+/// The name a file's module goes by: its stem, or its folder's name for a
+/// package's `__init__.py` / `mod.rs` / `index.js`.
+fn module_stem(path: &str) -> String {
+    let p = Path::new(path);
+    let stem = p
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    if matches!(stem.as_str(), "__init__" | "mod" | "index") {
+        if let Some(dir) = p.parent().and_then(|d| d.file_name()) {
+            return dir.to_string_lossy().to_string();
+        }
+    }
+    stem
+}
+
+/// The folder name of the package holding the module at `path`.
+fn package_name(path: &str) -> Option<String> {
+    let mut dirs: Vec<&str> = path.split('/').collect();
+    let file = dirs.pop()?;
+    if matches!(file.split('.').next(), Some("__init__" | "mod" | "index")) {
+        dirs.pop();
+    }
+    dirs.last().map(|d| d.to_string())
+}
+
+/// Files of the branch that import the module at `path` (by its last part,
+/// and for Python by its dotted path; `from pkg import module` too).
+fn importers(graph: &Graph, root: &Path, path: &str) -> Result<Vec<String>> {
+    let stem = module_stem(path);
+    let python = crate::lang::for_path(Path::new(path)).is_some_and(|l| l.name == "python");
     let (conn, branch) = graph.connection();
     let mut stmt = conn.prepare_cached(
         // CROSS JOIN keeps the import rows (an index of their own) the outer loop;
         // the planner would otherwise read every reference of the branch.
-        "SELECT DISTINCT c.path, r.module FROM refs r CROSS JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-         WHERE r.kind = 'import' AND r.module LIKE '%' || ?2 || '%' ORDER BY c.path",
+        "SELECT DISTINCT c.path, r.module, r.name FROM refs r CROSS JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
+         WHERE r.kind = 'import' AND (r.module LIKE '%' || ?2 || '%' OR r.name = ?2) ORDER BY c.path",
     )?;
-    let rows: Vec<(String, Option<String>)> = stmt
-        .query_map(rusqlite::params![branch, stem], |r| Ok((r.get(0)?, r.get(1)?)))?
+    let rows: Vec<(String, Option<String>, String)> = stmt
+        .query_map(rusqlite::params![branch, stem], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     let mut out: Vec<String> = rows
         .into_iter()
-        .filter(|(_, m)| {
-            m.as_deref().is_some_and(|m| {
-                let m = m.trim_matches(|c| c == '"' || c == '\'');
-                let last = crate::graph::extract::last_component(m);
-                let last = last.rsplit('/').next().unwrap_or(last);
-                last.split('.').next() == Some(stem) || last == stem
-            })
+        .filter(|(_, m, name)| {
+            let Some(m) = m.as_deref() else { return false };
+            let m = m.trim_matches(|c| c == '"' || c == '\'');
+            if python {
+                // `from a import b` may import the module a.b.
+                let from_import = format!("{m}.{name}");
+                return python_import_names(root, path, m) || python_import_names(root, path, &from_import);
+            }
+            let last = crate::graph::extract::last_component(m);
+            let last = last.rsplit('/').next().unwrap_or(last);
+            last.split('.').next() == Some(stem.as_str()) || last == stem
         })
-        .map(|(p, _)| p)
+        .map(|(p, _, _)| p)
         .collect();
     out.dedup();
     Ok(out)
+}
+
+/// Whether the Python import of `module` (dotted, maybe relative) names the
+/// module at `path`: its last parts, where an absolute import starts at a
+/// package root (a folder without `__init__.py`), so the standard library's
+/// `import unittest` is not `src/_pytest/unittest.py`.
+fn python_import_names(root: &Path, path: &str, module: &str) -> bool {
+    let relative = module.starts_with('.');
+    let wanted: Vec<&str> = module.split('.').filter(|c| !c.is_empty()).collect();
+    let mut parts: Vec<&str> = path
+        .trim_end_matches(".pyi")
+        .trim_end_matches(".py")
+        .split('/')
+        .collect();
+    if parts.last() == Some(&"__init__") {
+        parts.pop();
+    }
+    if wanted.is_empty() || !parts.ends_with(&wanted) {
+        return false;
+    }
+    let top = parts[..parts.len() - wanted.len()].join("/");
+    relative || !root.join(top).join("__init__.py").exists()
+}
+
+/// Test files using a changed name (a changed definition or its class) that a
+/// package's `__init__.py` re-exports from the module at `path`, as
+/// (test file, name): `flask.Blueprint` reaches `flask/blueprints.py`.
+fn reexport_users(graph: &Graph, root: &Path, path: &str, symbols: &[ChangedSymbol]) -> Result<Vec<(String, String)>> {
+    if crate::lang::for_path(Path::new(path)).is_none_or(|l| l.name != "python") {
+        return Ok(Vec::new());
+    }
+    let names: BTreeSet<&str> = symbols
+        .iter()
+        .filter(|s| s.path == path && s.public)
+        .filter_map(|s| s.name.split('.').next())
+        .collect();
+    let mut out = Vec::new();
+    for name in names {
+        let refs = graph.refs_named(name, crate::graph::query::MAX_REFS_PER_LEVEL)?;
+        let reexported = refs.iter().any(|r| {
+            r.kind == "import"
+                && r.path.ends_with("__init__.py")
+                && r.module.as_deref().is_some_and(|m| python_import_names(root, path, m))
+        });
+        if reexported {
+            out.extend(
+                refs.iter()
+                    .filter(|r| is_test_path(&r.path))
+                    .map(|r| (r.path.clone(), name.to_string())),
+            );
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Test files of the branch named after a module `stem` by a test naming
+/// convention (`test_x.py`, `x_test.go`, `XTest.java`, `x.test.ts`, ...).
+fn named_after_in_index(graph: &Graph, stem: &str) -> Result<Vec<String>> {
+    let (conn, branch) = graph.connection();
+    let mut stmt =
+        conn.prepare_cached("SELECT path FROM catalog WHERE branch = ?1 AND path LIKE '%' || ?2 || '%' ORDER BY path")?;
+    let paths: Vec<String> = stmt
+        .query_map(rusqlite::params![branch, stem], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(paths
+        .into_iter()
+        .filter(|p| is_test_path(p) && test_named_after(p, stem))
+        .collect())
+}
+
+/// Whether the test file `path` is named after the module `stem`: its name is
+/// the stem with a test word before or after it (`_`, `-` and case aside), or
+/// the stem itself with a `.test.` / `.spec.` part.
+fn test_named_after(path: &str, stem: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    let mut pieces = file.split('.');
+    let name: String = pieces
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-'))
+        .collect();
+    let stem: String = stem
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| !matches!(c, '_' | '-'))
+        .collect();
+    if stem.is_empty() {
+        return false;
+    }
+    const TEST_WORDS: [&str; 4] = ["unittest", "tests", "test", "spec"];
+    if name == stem {
+        return pieces.any(|p| p == "test" || p == "spec");
+    }
+    TEST_WORDS
+        .iter()
+        .any(|w| name.strip_prefix(w) == Some(stem.as_str()) || name.strip_suffix(w) == Some(stem.as_str()))
 }
 
 /// Risk from fan-in, public API and tests.
