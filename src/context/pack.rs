@@ -18,8 +18,10 @@ pub const MIN_BUDGET: usize = 500;
 pub const MAX_BUDGET: usize = 16_000;
 pub const DEFAULT_BUDGET: usize = 3_000;
 
-/// Pieces of one file taken before every other file had its chance.
-const FIRST_ROUND_PER_FILE: usize = 2;
+/// Pieces of one file taken in plain priority order.
+const FREE_PIECES_PER_FILE: usize = 2;
+/// Positions each further piece of a file moves back.
+const REPEAT_WAIT: usize = 4;
 /// No piece costs less (its path, lines and role alone): below this, the
 /// rest is left out without being counted.
 const MIN_PIECE_TOKENS: usize = 16;
@@ -113,24 +115,27 @@ pub fn pack(mut candidates: Vec<Candidate>, budget: usize) -> Pack {
             unique.push(c);
         }
     }
-    // First round: at most a few pieces a file; then the rest in order.
+    // Several files before many pieces of one: past its first few pieces, each
+    // further piece of a file waits behind a few more pieces of other files.
+    // A wait, not a second round: a file holding most of the best results is
+    // the answer, and its third result must not fall behind every other file's.
     let mut per_file: HashMap<String, usize> = HashMap::new();
-    let (mut first, mut second) = (Vec::new(), Vec::new());
-    for c in unique {
-        // A line or three (a call site, a signature) does not use up its file's turn.
-        if c.end_line < c.start_line + SMALL_PIECE_LINES {
-            first.push(c);
-            continue;
-        }
-        let n = per_file.entry(c.path.clone()).or_default();
-        *n += 1;
-        if *n <= FIRST_ROUND_PER_FILE {
-            first.push(c);
-        } else {
-            second.push(c);
-        }
-    }
-    let ordered: Vec<Candidate> = first.into_iter().chain(second).collect();
+    let mut keyed: Vec<(usize, Candidate)> = unique
+        .into_iter()
+        .enumerate()
+        .map(|(position, c)| {
+            // A line or three (a call site, a signature) does not count as its file's piece.
+            if c.end_line < c.start_line + SMALL_PIECE_LINES {
+                return (position, c);
+            }
+            let n = per_file.entry(c.path.clone()).or_default();
+            *n += 1;
+            let repeats = n.saturating_sub(FREE_PIECES_PER_FILE);
+            (position + REPEAT_WAIT * repeats, c)
+        })
+        .collect();
+    keyed.sort_by_key(|(key, _)| *key);
+    let ordered: Vec<Candidate> = keyed.into_iter().map(|(_, c)| c).collect();
     let fixed = serialized_tokens(&Pack::default());
     let (mut taken, mut left_out) = fill(&ordered, budget.saturating_sub(fixed));
     if !left_out.is_empty() {
@@ -448,6 +453,21 @@ mod tests {
         let pack = super::pack(candidates, 3_000);
         let lines: Vec<&str> = pack.pieces.iter().map(|p| p.lines.as_str()).collect();
         assert_eq!(lines, ["1-4", "100-100", "21-24", "41-44"], "{lines:?}");
+    }
+
+    #[test]
+    fn a_third_piece_of_one_file_waits_behind_a_few_others_not_all() {
+        let mut candidates: Vec<Candidate> = (0..3)
+            .map(|i| candidate("big.rs", 1 + 20 * i, 4, 20.0 - i as f64))
+            .collect();
+        candidates.extend((0..10).map(|i| candidate(&format!("f{i}.rs"), 1, 4, 10.0 - i as f64)));
+        let pack = pack(candidates, 16_000);
+        let at = pack
+            .pieces
+            .iter()
+            .position(|p| p.path == "big.rs" && p.lines == "41-44");
+        // Behind the first REPEAT_WAIT - 1 pieces of other files, ahead of the rest.
+        assert_eq!(at, Some(1 + REPEAT_WAIT), "{:?}", pack.pieces);
     }
 
     #[test]
