@@ -344,6 +344,12 @@ fn embed_pass(
         pause,
     };
     let chunk_side = pass.run("embedding", &chunks, true)?;
+    if chunk_side.finished && chunk_side.embedded > 0 {
+        // Every chunk searchable now: the signatures and the adapter fit that
+        // follow only sharpen the ranking, and take a third of a first run.
+        let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
+        publish(pass.store, embedder)?;
+    }
     // Signatures after the chunks: the chunk vectors make semantic search,
     // the signature vectors only sharpen its ranking, and they are short.
     let signature_model = signature_model(&model);

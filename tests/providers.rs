@@ -380,6 +380,17 @@ fn threaded_server(respond: impl Fn(&str, &mut TcpStream) + Send + Sync + 'stati
     (port, requests)
 }
 
+/// A temp dir holding [`tiny_project`] in `project/`, and the environment
+/// that embeds through the provider on `port` (its cache in the temp dir).
+fn tiny_project_for(port: u16) -> (tempfile::TempDir, Vec<(&'static str, String)>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("project");
+    std::fs::create_dir(&root).unwrap();
+    tiny_project(&root);
+    let env = provider_env(port, &tmp.path().join("cache"));
+    (tmp, env)
+}
+
 fn provider_env(port: u16, cache: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("KEN_EMBED_PROVIDER", "openai".to_string()),
@@ -408,11 +419,8 @@ fn a_hung_provider_costs_one_search_its_budget_and_the_next_ones_nothing() {
             let _ = stream.write_all(http_response("200 OK", "", &openai_body(request)).as_bytes());
         }
     });
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, env) = tiny_project_for(port);
     let root = &tmp.path().join("project");
-    std::fs::create_dir(root).unwrap();
-    tiny_project(root);
-    let env = provider_env(port, &tmp.path().join("cache"));
     let out = ken_env(root, &["index", "--json"], &env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -500,11 +508,8 @@ fn a_long_lived_searcher_backs_off_a_hung_provider() {
             let _ = stream.write_all(http_response("200 OK", "", &openai_body(request)).as_bytes());
         }
     });
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, env) = tiny_project_for(port);
     let root = &tmp.path().join("project");
-    std::fs::create_dir(root).unwrap();
-    tiny_project(root);
-    let env = provider_env(port, &tmp.path().join("cache"));
     let out = ken_env(root, &["index", "--json"], &env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     hang.store(true, Ordering::SeqCst);
@@ -685,11 +690,8 @@ fn degenerate_vectors_are_rejected_and_not_stored() {
         let text = body.to_string().replace("\"NaN_HERE\"", "NaN");
         let _ = stream.write_all(http_response("200 OK", "", &text).as_bytes());
     });
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, env) = tiny_project_for(port);
     let root = &tmp.path().join("project");
-    std::fs::create_dir(root).unwrap();
-    tiny_project(root);
-    let env = provider_env(port, &tmp.path().join("cache"));
     let out = ken_env(root, &["index", "--json"], &env);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -719,4 +721,72 @@ fn ken_json_env(root: &Path, args: &[&str], env: &[(&str, String)]) -> Value {
     let out = ken_env(root, args, env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 38 (a first run): every chunk is searchable by meaning as soon as
+/// the chunk vectors are done, while `ken index` still embeds the signatures
+/// (and would then fit the query adapter). Before, nothing was published
+/// until the whole pass ended (or every 30 s of it).
+#[test]
+fn chunk_vectors_are_searchable_before_the_signatures_are_embedded() {
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let (port, _) = threaded_server(move |request, stream| {
+        // A signature text (the name as words, then the declaring line): held until released.
+        if request.contains("\"add numbers\\ndef add_numbers") {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = stream.write_all(http_response("200 OK", "", &openai_body(request)).as_bytes());
+    });
+    let (tmp, env) = tiny_project_for(port);
+    let root = &tmp.path().join("project");
+    // Killed if the test fails.
+    let mut indexing = Server(
+        Command::new(ken_bin())
+            .current_dir(root)
+            .args(["index", "-q"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = ken_env(
+            root,
+            &[
+                "search",
+                "--json",
+                "--mode",
+                "semantic",
+                "-k",
+                "10",
+                "multiply two numbers",
+            ],
+            &env,
+        );
+        let last = if out.status.success() {
+            let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if hits.as_array().is_some_and(|h| h.len() == 4) {
+                break;
+            }
+            hits.to_string()
+        } else {
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        assert!(
+            indexing.0.try_wait().unwrap().is_none(),
+            "ken index ended though its signature pass was held"
+        );
+        assert!(Instant::now() < deadline, "no semantic answer over every chunk: {last}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Answered while the signatures were still held.
+    assert!(indexing.0.try_wait().unwrap().is_none());
+    release.store(true, Ordering::SeqCst);
+    assert!(indexing.0.wait().unwrap().success());
 }
