@@ -267,7 +267,8 @@ fn rust() {
                 "src/main.rs:11 build",
                 "src/main.rs:19 main",
             ],
-            tests: &["src/store.rs:36 tests.normalizes"],
+            // Same file first; the other calls it inside `assert_eq!(...)`.
+            tests: &["src/store.rs:36 tests.normalizes", "src/checks.rs:10 tests.keys_are_normalized"],
             callees: &[],
             body_has: "key.trim().to_lowercase()",
         },

@@ -8,6 +8,11 @@
 (call_expression function: (generic_function function: (field_expression value: (_) @receiver field: (field_identifier) @name))) @reference.call
 (call_expression function: (generic_function function: (scoped_identifier path: (_) @receiver name: (identifier) @name))) @reference.call
 (macro_invocation macro: (identifier) @name) @reference.call
+; Calls inside a macro's arguments (`assert_eq!(parse(x), ...)`), which the
+; grammar keeps as plain tokens: a name right before a parenthesised group.
+(token_tree (identifier) @name . (token_tree . "(")) @reference.call
+(token_tree (identifier) @receiver . "." . (identifier) @name . (token_tree . "(")) @reference.call
+(token_tree (identifier) @receiver . "::" . (identifier) @name . (token_tree . "(")) @reference.call
 
 (struct_expression name: (type_identifier) @name) @reference.constructor
 (struct_expression name: (scoped_type_identifier path: (_) @receiver name: (type_identifier) @name)) @reference.constructor

@@ -213,7 +213,9 @@ fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Re
             line: anchor.start_position().row as u32 + 1,
             caller: None,
         };
-        let key = (anchor.start_byte(), kind);
+        // A call with a receiver and one without at the same name are one
+        // reference (inside a Rust macro's tokens both patterns match `a.f(x)`).
+        let key = (anchor.start_byte(), if kind == "method_call" { "call" } else { kind });
         let better = match found.get(&key) {
             Some((c, _, pattern)) => captures > *c || (captures == *c && m.pattern_index < *pattern),
             None => true,
