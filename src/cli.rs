@@ -269,6 +269,11 @@ struct SearchArgs {
     /// changes); with --json the output becomes {"index": ..., "results": [...]}.
     #[arg(long)]
     freshness: bool,
+    /// With --json, also say how likely the results are to answer the query
+    /// (high, medium, low; a low one says why): the output becomes
+    /// {"confidence": ..., "results": [...]}. Text output says it when low.
+    #[arg(long)]
+    confidence: bool,
     /// Also say why each result ranks where it does: BM25, the chunk and
     /// signature similarities, the fused score and every factor after it.
     #[arg(long)]
@@ -510,7 +515,11 @@ fn run(cli: Cli) -> Result<i32> {
                 }
             }
             let bases: Vec<_> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
-            let (hits, notices) = kb::search_all(&searcher, &bases, &req, true)?;
+            let kb::Found {
+                hits,
+                notices,
+                confidence,
+            } = kb::search_all(&searcher, &bases, &req, true)?;
             for notice in notices {
                 eprintln!("ken: {notice}");
             }
@@ -522,12 +531,21 @@ fn run(cli: Cli) -> Result<i32> {
             if let (Some(f), false) = (&freshness, args.json) {
                 eprintln!("ken: the index reflects {}", f.describe());
             }
-            if let (Some(f), true) = (&freshness, args.json) {
-                let value = serde_json::json!({"index": f, "results": json_hits(&hits)?});
+            if args.json && (freshness.is_some() || args.confidence) {
+                let mut value = serde_json::json!({"results": json_hits(&hits)?});
+                if let Some(f) = &freshness {
+                    value["index"] = serde_json::to_value(f)?;
+                }
+                if args.confidence {
+                    value["confidence"] = serde_json::to_value(&confidence)?;
+                }
                 println!("{}", serde_json::to_string_pretty(&value)?);
             } else if args.json {
                 println!("{}", serde_json::to_string_pretty(&json_hits(&hits)?)?);
             } else {
+                if let (Some(line), false) = (&confidence.note, hits.is_empty()) {
+                    println!("{}", Style::stdout().dim(line));
+                }
                 print_hits(&hits, &req.query);
             }
             Ok(0)

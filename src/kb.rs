@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::confidence::Confidence;
 use crate::search::{SearchHit, SearchRequest, Searcher};
 
 /// A result with the name of the base it comes from.
@@ -270,6 +271,15 @@ pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
         .collect()
 }
 
+/// What [`search_all`] found.
+pub struct Found {
+    pub hits: Vec<BaseHit>,
+    /// Why some of it could not be searched as asked.
+    pub notices: Vec<String>,
+    /// That of the base with the strongest match: one strong list is a match.
+    pub confidence: Confidence,
+}
+
 /// Searches the project (if `include_project`) and the given knowledge bases;
 /// a base whose search fails is reported in the returned notices.
 pub fn search_all(
@@ -277,26 +287,40 @@ pub fn search_all(
     bases: &[(KnowledgeBase, &Searcher)],
     req: &SearchRequest,
     include_project: bool,
-) -> Result<(Vec<BaseHit>, Vec<String>)> {
+) -> Result<Found> {
     let mut lists = Vec::new();
     let mut notices = Vec::new();
+    let mut confidences = Vec::new();
     if include_project {
+        let (hits, confidence) = project.search_rated(req)?;
         lists.push(BaseHits {
             base: PROJECT.to_string(),
-            hits: project.search(req)?,
+            hits,
         });
+        confidences.push(confidence);
         notices.extend(project.notice());
     }
     for (base, searcher) in bases {
-        match searcher.search(req) {
-            Ok(hits) => lists.push(BaseHits {
-                base: base.name.clone(),
-                hits,
-            }),
+        match searcher.search_rated(req) {
+            Ok((hits, confidence)) => {
+                lists.push(BaseHits {
+                    base: base.name.clone(),
+                    hits,
+                });
+                confidences.push(confidence);
+            }
             Err(e) => notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
         }
     }
-    Ok((fuse(lists, req.limit), notices))
+    let confidence = confidences
+        .into_iter()
+        .reduce(|a, b| if b.score > a.score { b } else { a })
+        .unwrap_or_else(Confidence::none);
+    Ok(Found {
+        hits: fuse(lists, req.limit),
+        notices,
+        confidence,
+    })
 }
 
 #[cfg(test)]

@@ -171,6 +171,23 @@ fn push_word_terms(word: &str, out: &mut String) {
     }
 }
 
+/// The query's words as typed, stopwords left out, each with the term that
+/// stands for the whole word in the index (an identifier's joined key).
+pub fn whole_word_terms(text: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for_each_word(text, |word| {
+        if STOPWORDS.contains(&word.to_lowercase().as_str()) || out.iter().any(|(w, _)| w == word) {
+            return;
+        }
+        let mut terms = String::new();
+        push_word_terms(word, &mut terms);
+        if let Some(whole) = terms.split(' ').find(|t| !t.is_empty()) {
+            out.push((word.to_string(), whole.to_string()));
+        }
+    });
+    out
+}
+
 /// The stemmed words of a definition's name that a question would say:
 /// its identifier parts without stopwords (`getTreeBuilder` → `tree`, `builder`).
 pub fn name_words(name: &str) -> Vec<String> {

@@ -11,6 +11,7 @@ pub mod bert;
 pub mod bm25;
 pub mod chunk;
 pub mod cli;
+pub mod confidence;
 pub mod config;
 pub mod context;
 pub mod discover;

@@ -16,6 +16,7 @@ use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
 use crate::adapter::QueryAdapter;
+use crate::confidence::{Confidence, Evidence, TermStat};
 use crate::embed::{Embedder, InputKind};
 use crate::git;
 use crate::lang;
@@ -925,10 +926,15 @@ impl Searcher {
     }
 
     pub fn search(&self, req: &SearchRequest) -> Result<Vec<SearchHit>> {
+        Ok(self.search_rated(req)?.0)
+    }
+
+    /// The results with how likely they are to answer the query.
+    pub fn search_rated(&self, req: &SearchRequest) -> Result<(Vec<SearchHit>, Confidence)> {
         let path_filter = req.path_glob.as_deref().map(compile_path_glob).transpose()?;
         let q = QueryTerms::parse(&req.query);
         if req.limit == 0 || (q.is_empty() && req.mode == SearchMode::Lexical) || req.query.trim().is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Confidence::none()));
         }
         self.register_path_filter(path_filter)?;
         // One snapshot for every read of this search: a writer committing
@@ -1114,6 +1120,7 @@ impl Searcher {
             hit.snippet = snippet(&hit.content, &q, 4);
             hit.score = (hit.score * 1e6).round() / 1e6;
         }
+        let confidence = self.rate(&q, req, &hits, &candidates)?;
         *self.last_phases.lock().unwrap_or_else(|e| e.into_inner()) = SearchPhases {
             lexical: lexical_done - started,
             vector: vector_done - lexical_done,
@@ -1121,7 +1128,62 @@ impl Searcher {
             load: load_done - rescore_done,
             rank: load_done.elapsed(),
         };
-        Ok(hits)
+        Ok((hits, confidence))
+    }
+
+    /// How likely `hits` are to answer the query ([`Confidence`]).
+    fn rate(
+        &self,
+        q: &QueryTerms,
+        req: &SearchRequest,
+        hits: &[SearchHit],
+        candidates: &HashMap<i64, Candidate>,
+    ) -> Result<Confidence> {
+        let mut terms = Vec::with_capacity(q.terms.len());
+        for term in &q.terms {
+            let df = self.store.term_frequency(term)? as f64;
+            terms.push(TermStat { term: term.clone(), df });
+        }
+        let total = terms.iter().map(|t| t.df).fold(self.chunk_total()?, f64::max);
+        let mut absent_words = Vec::new();
+        for (word, whole) in lexical::whole_word_terms(&req.query) {
+            if self.store.term_frequency(&whole)? == 0 {
+                absent_words.push(word);
+            }
+        }
+        let hit_terms: Vec<_> = hits
+            .iter()
+            .map(|h| crate::confidence::hit_terms(h.symbol.as_deref(), &h.path, &h.content))
+            .collect();
+        let defines_name =
+            !lexical::is_question(&req.query) && hits.iter().any(|h| candidates[&h.chunk_id].defines == Defines::Asked);
+        let similarities: Vec<f64> = candidates
+            .values()
+            .filter(|c| !c.deep)
+            .filter_map(|c| c.similarity.map(f64::from))
+            .collect();
+        let cosine = hits
+            .iter()
+            .filter_map(|h| candidates[&h.chunk_id].similarity.map(f64::from))
+            .reduce(f64::max);
+        let cosine_z = cosine.filter(|_| similarities.len() > 1).map(|best| {
+            let n = similarities.len() as f64;
+            let mean = similarities.iter().sum::<f64>() / n;
+            let sigma = (similarities.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n).sqrt();
+            ((best - mean) / sigma.max(1e-9) * 1000.0).round() / 1000.0
+        });
+        Ok(Confidence::rate(
+            &Evidence {
+                terms: &terms,
+                total,
+                hit_terms: &hit_terms,
+                defines_name,
+                absent_words: &absent_words,
+                cosine: cosine.map(|c| (c * 1000.0).round() / 1000.0),
+                cosine_z,
+            },
+            req.explain,
+        ))
     }
 
     /// BM25 candidates and exact symbol-name matches (none in semantic mode),

@@ -1428,3 +1428,62 @@ fn an_empty_model_folder_variable_is_unset() {
     assert!(stderr.contains(&expected.display().to_string()), "{stderr}");
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
 }
+
+/// `ken search --json --confidence` on the payments fixture, lexical.
+fn confidence_of(root: &std::path::Path, query: &str) -> Value {
+    let out = ken_json(root, &["search", "--json", "--confidence", "--mode", "lexical", query]);
+    assert!(out["results"].is_array(), "{out}");
+    out["confidence"].clone()
+}
+
+#[test]
+fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    payments_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+
+    let off = confidence_of(root, "where is the oauth2 token refreshed for the kubernetes ingress");
+    assert_eq!(off["level"], "low", "{off}");
+    let note = off["note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("no strong match"), "{note}");
+    assert!(note.contains("`kubernetes`") && note.contains("`oauth2`"), "{note}");
+
+    // A name that is defined nowhere is flagged; one that is, is a match.
+    let missing = confidence_of(root, "refreshKubernetesToken");
+    assert_eq!(missing["level"], "low", "{missing}");
+    let defined = confidence_of(root, "frobnicate_ledger_totals");
+    assert_eq!(defined["level"], "high", "{defined}");
+    assert!(defined.get("note").is_none(), "{defined}");
+
+    // A question whose answer is in the repository is not flagged.
+    let real = confidence_of(root, "how is a declined card payment retried with backoff");
+    assert_ne!(real["level"], "low", "{real}");
+    assert!(
+        real["score"].as_f64().unwrap() > off["score"].as_f64().unwrap(),
+        "{real} vs {off}"
+    );
+
+    // Text output says it before the results; the default JSON stays a list.
+    let text = ken_ok(
+        root,
+        &[
+            "search",
+            "--mode",
+            "lexical",
+            "oauth2 kubernetes ingress for the ledger",
+        ],
+    );
+    assert!(text.starts_with("no strong match"), "{text}");
+    let plain = ken_json(
+        root,
+        &[
+            "search",
+            "--json",
+            "--mode",
+            "lexical",
+            "oauth2 kubernetes ingress for the ledger",
+        ],
+    );
+    assert!(plain.is_array(), "{plain}");
+}

@@ -645,3 +645,41 @@ fn a_hybrid_search_before_the_model_is_loaded_answers_lexically_and_says_so() {
     eprintln!("{early} answers came before the model was ready");
     server.close();
 }
+
+#[test]
+fn codebase_search_and_context_say_when_nothing_matches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    payments_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let mut server = RawServer::start(root);
+    let search = |server: &mut RawServer, id: u64, tool: &str, query: &str| {
+        let answer = server.call_and_wait(id, tool, serde_json::json!({"query": query, "mode": "lexical"}));
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answer["result"]["structuredContent"]["confidence"].clone()
+    };
+    let off = search(
+        &mut server,
+        2,
+        "codebase_search",
+        "oauth2 token refresh for kubernetes ingress",
+    );
+    assert_eq!(off["level"], "low", "{off}");
+    assert!(off["note"].as_str().unwrap().starts_with("no strong match"), "{off}");
+    let real = search(
+        &mut server,
+        3,
+        "codebase_search",
+        "retry a declined card payment with backoff",
+    );
+    assert_ne!(real["level"], "low", "{real}");
+    assert!(real.get("note").is_none(), "a match carries no note: {real}");
+    let context = search(
+        &mut server,
+        4,
+        "codebase_context",
+        "oauth2 token refresh for kubernetes ingress",
+    );
+    assert_eq!(context["level"], "low", "{context}");
+    server.close();
+}

@@ -17,6 +17,7 @@ use rusqlite::params;
 use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
+use crate::confidence::Confidence as MatchConfidence;
 use crate::graph::query::{Direction, Edge, Graph, Symbol};
 use crate::graph::resolve::Confidence;
 use crate::kb::{self, KnowledgeBase, PROJECT};
@@ -55,6 +56,9 @@ pub struct QuestionRequest {
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct QuestionContext {
     pub query: String,
+    /// How likely the matches are to answer the question; a low one says so
+    /// in a note (no strong match: the pieces are the closest there are).
+    pub confidence: MatchConfidence,
     /// Tokens the whole answer may take (o200k_base, compact JSON).
     pub budget: usize,
     /// Tokens the whole answer takes, this field included.
@@ -88,7 +92,11 @@ pub fn context_for_question(
         mode: req.mode,
         explain: false,
     };
-    let (hits, notices) = kb::search_all(project, bases, &search, true)?;
+    let kb::Found {
+        hits,
+        notices,
+        confidence,
+    } = kb::search_all(project, bases, &search, true)?;
     let mut files = Files::default();
     let mut candidates = Vec::new();
     let mut project_rank = 0usize;
@@ -132,7 +140,7 @@ pub fn context_for_question(
         }
     }
     let notice = (!notices.is_empty()).then(|| notices.join("; "));
-    Ok(fit(&req.query, budget, candidates, notice))
+    Ok(fit(&req.query, budget, candidates, confidence, notice))
 }
 
 /// A search result's priority: rank order, well above the context of lower results.
@@ -142,9 +150,16 @@ fn match_priority(rank: usize) -> f64 {
 
 /// Packs `candidates` so that the whole answer, serialized, fits in `budget`:
 /// its own fields are reserved, and the pack is redone smaller if needed.
-fn fit(query: &str, budget: usize, candidates: Vec<Candidate>, notice: Option<String>) -> QuestionContext {
+fn fit(
+    query: &str,
+    budget: usize,
+    candidates: Vec<Candidate>,
+    confidence: MatchConfidence,
+    notice: Option<String>,
+) -> QuestionContext {
     let mut answer = QuestionContext {
         query: query.to_string(),
+        confidence,
         budget,
         tokens: 0,
         pack: Pack {

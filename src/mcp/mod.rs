@@ -326,6 +326,10 @@ pub struct Hit {
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct SearchOutput {
+    /// How likely the results are to answer the query; when low, `note`
+    /// says so and why (stop searching, or ask otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<crate::confidence::Confidence>,
     pub results: Vec<Hit>,
     /// Set when the search could not do everything asked (e.g. lexical only,
     /// an index run in progress).
@@ -418,6 +422,7 @@ struct BasesFound {
     hits: Vec<BaseHit>,
     bases: Vec<KnowledgeBase>,
     notices: Vec<String>,
+    confidence: crate::confidence::Confidence,
     /// What the project's index reflects.
     index: crate::freshness::Freshness,
 }
@@ -1334,6 +1339,7 @@ impl KenServer {
         };
         if let Some(indexing) = self.wait_for_first_index().await {
             return json_result(&SearchOutput {
+                confidence: None,
                 results: Vec::new(),
                 notice: Some(indexing),
                 index: None,
@@ -1358,6 +1364,7 @@ impl KenServer {
             hits,
             bases,
             mut notices,
+            confidence,
             index,
         } = match outcome {
             Ok(found) => found,
@@ -1367,6 +1374,7 @@ impl KenServer {
         self.metrics.query(started.elapsed(), lexical_fallback);
         notices.extend(self.jobs_notice());
         json_result(&SearchOutput {
+            confidence: Some(confidence),
             results: to_hits(hits, &bases, with_code, token_budget),
             notice: (!notices.is_empty()).then(|| notices.join("; ")),
             index: Some(index),
@@ -1475,12 +1483,13 @@ impl KenServer {
         for (base, searcher) in opened {
             self.pool.give(&base.name, searcher);
         }
-        let (hits, more) = outcome?;
-        notices.extend(more);
+        let found = outcome?;
+        notices.extend(found.notices);
         Ok(BasesFound {
-            hits,
+            hits: found.hits,
             bases,
             notices,
+            confidence: found.confidence,
             index: freshness?,
         })
     }
@@ -1514,6 +1523,7 @@ impl KenServer {
         self.metrics.query(started.elapsed(), false);
         match outcome {
             Ok(hits) => json_result(&SearchOutput {
+                confidence: None,
                 results: to_hits(
                     hits.into_iter().map(|h| (PROJECT.to_string(), h)).collect(),
                     &[],

@@ -249,3 +249,25 @@ pub fn spawn_silent(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Chil
         .spawn()
         .expect("ken runs")
 }
+
+/// A small payments service: retries with backoff, a ledger, refunds, plus
+/// unrelated helpers so that its own words are rare. It knows nothing of
+/// OAuth, Kubernetes or ingress.
+pub fn payments_project(root: &Path) {
+    write(
+        root,
+        "payments/retry.py",
+        "def retry_failed_payment(payment, attempts=5):\n    \"\"\"Retry a declined card payment with exponential backoff.\"\"\"\n    delay = 1.0\n    for attempt in range(attempts):\n        if charge_card(payment):\n            return True\n        sleep_backoff(delay)\n        delay *= 2\n    return False\n",
+    );
+    write(
+        root,
+        "payments/ledger.py",
+        "def frobnicate_ledger_totals(entries):\n    \"\"\"Sum the ledger entries per currency.\"\"\"\n    totals = {}\n    for e in entries:\n        totals[e.currency] = totals.get(e.currency, 0) + e.amount\n    return totals\n",
+    );
+    write(
+        root,
+        "payments/refund.py",
+        "def refund_partial_order(order, amount):\n    \"\"\"Refund part of an order to the customer's card.\"\"\"\n    if amount > order.paid:\n        raise ValueError('refund exceeds payment')\n    return issue_card_credit(order.card, amount)\n",
+    );
+    write_unrelated(root, "payments/util", 20);
+}

@@ -1,0 +1,197 @@
+//! How likely a result list is to hold what the query asks for, so that an
+//! agent can stop searching instead of reading the closest noise.
+//!
+//! The evidence is lexical and comes from the index's own statistics, so it
+//! holds in any repository without fitted thresholds: the query's words are
+//! weighted by IDF (a word in few chunks says more about what is asked), and
+//! the confidence is the largest share of that weight one result holds. A
+//! question the repository can answer has its rarer words together in the
+//! answer; one it cannot answer has them nowhere (`kubernetes`, `oauth2` in
+//! a terminal multiplexer) or scattered over unrelated chunks.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use crate::lexical;
+
+/// A score at or above this is a match: most of the query's weight is in
+/// one of the first results.
+pub const HIGH_SCORE: f64 = 0.6;
+/// Below this no result is close: the list is flagged. Measured on the
+/// public eval and hand-written off-topic questions (BENCHMARKS.md "Saying
+/// when nothing matches"); a round value, not fitted to the last digit.
+pub const LOW_SCORE: f64 = 0.3;
+/// The first results are the ones an agent reads; a strong match further
+/// down is more likely a long chunk that holds many words by chance.
+const RESULTS_WEIGHED: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    High,
+    Medium,
+    Low,
+}
+
+/// How sure ken is that the results answer the query.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Confidence {
+    pub level: Level,
+    /// 0..1: the largest IDF-weighted share of the query's terms one of the
+    /// first results holds, times the share the index has at all (1 for a
+    /// name defined in the index).
+    pub score: f64,
+    /// For a low confidence, the line to read first: no strong match, why
+    /// (e.g. the query's words that occur nowhere in the index), and that
+    /// the results are only the closest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The evidence (only when explain is asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signals: Option<Signals>,
+}
+
+/// What the confidence is made of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Signals {
+    /// The largest IDF-weighted share of the query's terms one of the first results holds.
+    pub coverage: f64,
+    /// The IDF share of the query's terms that no chunk of the index has.
+    pub absent: f64,
+    /// A result defines the name the query is.
+    pub defines_name: bool,
+    /// Cosine similarity of the nearest result to the query (vector modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine: Option<f64>,
+    /// How far that similarity stands above the candidates' mean, in
+    /// standard deviations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine_z: Option<f64>,
+    /// The query's terms with their document frequencies.
+    pub terms: Vec<(String, f64)>,
+    /// For each result, the indexes in `terms` of the terms it holds.
+    pub held: Vec<Vec<usize>>,
+    /// Chunks in the index.
+    pub total: f64,
+}
+
+/// One query term with its document frequency in the index.
+pub struct TermStat {
+    pub term: String,
+    pub df: f64,
+}
+
+/// What a search knows when it rates its results.
+pub struct Evidence<'a> {
+    pub terms: &'a [TermStat],
+    /// Chunks in the index.
+    pub total: f64,
+    /// Each result's index terms (symbol, path and body).
+    pub hit_terms: &'a [HashSet<String>],
+    /// A result defines the identifier a name-like query is.
+    pub defines_name: bool,
+    /// The query's words that occur nowhere in the index, as typed.
+    pub absent_words: &'a [String],
+    pub cosine: Option<f64>,
+    pub cosine_z: Option<f64>,
+}
+
+/// BM25's IDF; a term no chunk has weighs the most.
+fn idf(df: f64, total: f64) -> f64 {
+    (1.0 + (total - df + 0.5) / (df + 0.5)).ln()
+}
+
+impl Confidence {
+    pub fn rate(e: &Evidence, explain: bool) -> Confidence {
+        let weights: Vec<f64> = e.terms.iter().map(|t| idf(t.df, e.total)).collect();
+        let all: f64 = weights.iter().sum();
+        let share = |held: &dyn Fn(&TermStat) -> bool| -> f64 {
+            if all <= 0.0 {
+                return 0.0;
+            }
+            e.terms
+                .iter()
+                .zip(&weights)
+                .filter(|(t, _)| held(t))
+                .map(|(_, w)| w)
+                .sum::<f64>()
+                / all
+        };
+        let coverage = e
+            .hit_terms
+            .iter()
+            .take(RESULTS_WEIGHED)
+            .map(|terms| share(&|t| terms.contains(&t.term)))
+            .fold(0.0, f64::max);
+        // Words the index lacks altogether weigh twice: the result misses
+        // them, and no other chunk could hold them.
+        let absent = share(&|t| t.df == 0.0);
+        let score = if e.defines_name { 1.0 } else { coverage * (1.0 - absent) };
+        let level = if e.hit_terms.is_empty() {
+            Level::Low
+        } else if score >= HIGH_SCORE {
+            Level::High
+        } else if score >= LOW_SCORE {
+            Level::Medium
+        } else {
+            Level::Low
+        };
+        let note = (level == Level::Low).then(|| no_match_line(&why_low(e)));
+        Confidence {
+            level,
+            score: (score * 1000.0).round() / 1000.0,
+            note,
+            signals: explain.then(|| Signals {
+                coverage: (coverage * 1000.0).round() / 1000.0,
+                absent: (absent * 1000.0).round() / 1000.0 + 0.0,
+                defines_name: e.defines_name,
+                cosine: e.cosine,
+                cosine_z: e.cosine_z,
+                terms: e.terms.iter().map(|t| (t.term.clone(), t.df)).collect(),
+                held: e
+                    .hit_terms
+                    .iter()
+                    .map(|h| (0..e.terms.len()).filter(|&i| h.contains(&e.terms[i].term)).collect())
+                    .collect(),
+                total: e.total,
+            }),
+        }
+    }
+
+    /// Nothing to rate (an empty query).
+    pub fn none() -> Confidence {
+        Confidence {
+            level: Level::Low,
+            score: 0.0,
+            note: Some(no_match_line("nothing matches")),
+            signals: None,
+        }
+    }
+}
+
+fn no_match_line(why: &str) -> String {
+    format!("no strong match ({why}); the results are only the closest")
+}
+
+fn why_low(e: &Evidence) -> String {
+    match e.absent_words {
+        [] if e.hit_terms.is_empty() => "nothing matches".to_string(),
+        [] => "no result holds most of the query's rarer words".to_string(),
+        words => {
+            let quoted: Vec<String> = words.iter().take(4).map(|w| format!("`{w}`")).collect();
+            format!("{} occur nowhere in the index", quoted.join(", "))
+        }
+    }
+}
+
+/// The index terms of one result: its symbol, path and body, as the lexical
+/// index has them.
+pub fn hit_terms(symbol: Option<&str>, path: &str, content: &str) -> HashSet<String> {
+    let mut text = String::new();
+    for part in [symbol.unwrap_or(""), path, content] {
+        lexical::index_terms(part, &mut text);
+        text.push(' ');
+    }
+    text.split(' ').filter(|t| !t.is_empty()).map(str::to_string).collect()
+}
