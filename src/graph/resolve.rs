@@ -378,6 +378,23 @@ impl Graph<'_> {
                     return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
                 }
             }
+            // `import static a.B.m;` (Java, Kotlin, Scala): the module names a
+            // class's member, called without a receiver.
+            if !is_receiver && module_only(imp) {
+                if let Some((class_module, _)) = module.rsplit_once(['.', '/']) {
+                    let class = module_name(class_module).to_string();
+                    let class_path = ModulePath::new(&r.path, &r.language, class_module);
+                    let found: Vec<Rc<Symbol>> = self
+                        .in_module(r, &wanted, &class_path)?
+                        .iter()
+                        .filter(|s| s.kind == "method" && s.container.as_deref() == Some(class.as_str()))
+                        .cloned()
+                        .collect();
+                    if !found.is_empty() {
+                        return Ok(ImportHit::Found(Resolution::at(found, Confidence::Import)));
+                    }
+                }
+            }
             // Imported from a module of the repository that does not define it
             // (a re-export): fall back to the other levels.
             let plain = ModulePath::new(&r.path, &r.language, module);
