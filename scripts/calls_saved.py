@@ -292,8 +292,8 @@ def setup_repo(task, work, ken, tmp):
     root = os.path.join(work, task['repo'])
     change = task.get('change')
     if not change:
-        if not os.path.isdir(os.path.join(root, '.ken')):
-            subprocess.run([ken, 'index', '.', '-q', '--no-embed'], cwd=root, check=True)
+        # Always: an index another build made may hold an older graph (a no-op when current).
+        subprocess.run([ken, 'index', '.', '-q', '--no-embed'], cwd=root, check=True)
         return root
     copy = os.path.join(tmp, task['id'])
     shutil.copytree(root, copy, symlinks=True, ignore=shutil.ignore_patterns('.ken', '.git'))

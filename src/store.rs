@@ -2065,18 +2065,19 @@ mod tests {
         assert!(!can_migrate(SCHEMA_VERSION));
         let dir = tempfile::tempdir().unwrap();
         let fresh = schema_of(&Store::open_for_write(dir.path()).unwrap().conn);
-        // Version 4 had no skipped files.
+        // Version 4 had no skipped files, nor the import rows' index (6).
         Store::open_for_write(dir.path())
             .unwrap()
             .conn
             .execute_batch(
                 "DROP TABLE skipped_files;
+                 DROP INDEX refs_import_modules;
                  UPDATE meta SET value = '4' WHERE key = 'schema_version';
                  INSERT INTO meta (key, value) VALUES ('marker', 'kept');",
             )
             .unwrap();
         let reader = Store::open_for_read(dir.path()).unwrap();
-        assert_eq!(reader.meta("schema_version").unwrap().as_deref(), Some("5"));
+        assert_eq!(reader.meta("schema_version").unwrap().as_deref(), Some("6"));
         assert_eq!(reader.meta("marker").unwrap().as_deref(), Some("kept"), "not rebuilt");
         let mut upgraded = schema_of(&reader.conn);
         let mut fresh = fresh;

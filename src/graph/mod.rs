@@ -52,7 +52,7 @@ CREATE INDEX refs_by_name ON refs (name);
 /// Added in schema version 6: the import rows alone, so that finding the files
 /// importing a module reads them and not every reference.
 pub(crate) const IMPORT_MODULES_INDEX: &str =
-    "CREATE INDEX refs_import_modules ON refs (module, name) WHERE kind = 'import';";
+    "CREATE INDEX IF NOT EXISTS refs_import_modules ON refs (module, name) WHERE kind = 'import';";
 
 /// Stores the graph of a new file version (inside the indexing transaction).
 pub(crate) fn insert(conn: &Connection, file_id: i64, graph: &FileGraph) -> Result<()> {
