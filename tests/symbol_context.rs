@@ -435,3 +435,46 @@ fn a_crowded_symbol_stays_within_small_budgets() {
         assert_eq!(callers.len() - 1 + more, 300, "every caller counted: {callers:?}");
     }
 }
+
+/// A function's unit tests (their file named after its module, or their name
+/// after it) come before tests that reach it through other code, though
+/// those come first by path (`codebase_context` ranks its tests by the same
+/// `context::test_affinity`).
+#[test]
+fn unit_tests_of_the_symbol_come_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pkg/stats.py",
+        "def bin_edges(values, bins):\n    step = (max(values) - min(values)) / bins\n    return [min(values) + i * step for i in range(bins + 1)]\n",
+    );
+    write(
+        dir,
+        "pkg/plots.py",
+        "from pkg.stats import bin_edges\n\n\ndef histogram(values):\n    return bin_edges(values, 10)\n",
+    );
+    write(
+        dir,
+        "tests/test_aaa_plots.py",
+        "from pkg.stats import bin_edges\n\n\ndef test_histogram_draws():\n    assert len(bin_edges([1, 2, 3], 2)) == 3\n",
+    );
+    write(
+        dir,
+        "tests/test_stats.py",
+        "from pkg.stats import bin_edges\n\n\ndef test_int_bins():\n    assert bin_edges([0, 4], 4)[1] == 1\n",
+    );
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "stats"]);
+    ken_json(dir, &["index", "--no-embed", "--json"]);
+    let (out, _) = context(dir, "bin_edges", 3000);
+    assert_eq!(
+        strings(&out["tests"]),
+        [
+            "tests/test_stats.py:5 test_int_bins",
+            "tests/test_aaa_plots.py:5 test_histogram_draws"
+        ],
+        "{out:#}"
+    );
+}

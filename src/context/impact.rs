@@ -989,37 +989,8 @@ fn named_after_in_index(graph: &Graph, stem: &str) -> Result<Vec<String>> {
         .collect::<rusqlite::Result<_>>()?;
     Ok(paths
         .into_iter()
-        .filter(|p| is_test_path(p) && test_named_after(p, stem))
+        .filter(|p| is_test_path(p) && super::test_named_after(p, stem))
         .collect())
-}
-
-/// Whether the test file `path` is named after the module `stem`: its name is
-/// the stem with a test word before or after it (`_`, `-` and case aside), or
-/// the stem itself with a `.test.` / `.spec.` part.
-fn test_named_after(path: &str, stem: &str) -> bool {
-    let file = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
-    let mut pieces = file.split('.');
-    let name: String = pieces
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-'))
-        .collect();
-    let stem: String = stem
-        .to_ascii_lowercase()
-        .chars()
-        .filter(|c| !matches!(c, '_' | '-'))
-        .collect();
-    if stem.is_empty() {
-        return false;
-    }
-    const TEST_WORDS: [&str; 4] = ["unittest", "tests", "test", "spec"];
-    if name == stem {
-        return pieces.any(|p| p == "test" || p == "spec");
-    }
-    TEST_WORDS
-        .iter()
-        .any(|w| name.strip_prefix(w) == Some(stem.as_str()) || name.strip_suffix(w) == Some(stem.as_str()))
 }
 
 /// Risk from fan-in, public API and tests.

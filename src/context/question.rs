@@ -264,8 +264,15 @@ fn neighbourhood(
         .collect();
     let dir = parent_dir(&symbol.path);
     edges.sort_by_key(|e| {
+        let in_test = is_test_path(&e.call_site.path);
         (
-            is_test_path(&e.call_site.path),
+            in_test,
+            // Among tests, the symbol's unit tests first.
+            if in_test {
+                super::test_affinity(&e.call_site.path, &e.from.name, &symbol.path, &symbol.name)
+            } else {
+                0
+            },
             parent_dir(&e.call_site.path) != dir,
             e.confidence as u8,
             e.call_site.path.clone(),

@@ -114,7 +114,9 @@ pub fn symbol_context(root: &Path, index_dir: &Path, spec: &str, budget: Option<
     let callers_edges: Vec<&Edge> = callers.edges.iter().filter(|e| e.kind != "import").collect();
     let (tests, others): (Vec<&Edge>, Vec<&Edge>) = callers_edges.into_iter().partition(|e| is_test_caller(e));
     let others = ranked_callers(others, &symbol.path);
-    let tests = ranked_callers(tests, &symbol.path);
+    let mut tests = ranked_callers(tests, &symbol.path);
+    // Unit tests of the symbol first (stable: nearest first among equals).
+    tests.sort_by_key(|e| super::test_affinity(&e.call_site.path, &e.from.name, &symbol.path, &symbol.name));
     let (commits, mut note) = match last_commits(root, &symbol, &mut files) {
         Ok(c) => c,
         Err(e) => (Vec::new(), Some(format!("no commits: {e:#}"))),
