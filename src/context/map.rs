@@ -237,6 +237,18 @@ fn rank<'s>(
         files[file].definitions.push((s, score));
     }
     for f in &mut files {
+        // A type is as important as its members together: it is what a
+        // reader needs first to place them (flask's `class Flask`, not only
+        // its most used methods).
+        let index: HashMap<i64, usize> = f.definitions.iter().enumerate().map(|(i, (s, _))| (s.id, i)).collect();
+        let own: Vec<f64> = f.definitions.iter().map(|(_, score)| *score).collect();
+        for (i, (s, _)) in f.definitions.clone().iter().enumerate() {
+            let mut up = s.parent;
+            while let Some(&p) = up.as_ref().and_then(|id| index.get(id)) {
+                f.definitions[p].1 += own[i];
+                up = f.definitions[p].0.parent;
+            }
+        }
         // Referenced definitions first; then the outermost (types before their methods), in file order.
         f.definitions.sort_by(|a, b| {
             b.1.total_cmp(&a.1)
@@ -365,5 +377,34 @@ mod tests {
         let b = focused.iter().position(|f| f.path == "b.py").unwrap();
         let c = focused.iter().position(|f| f.path == "c.py").unwrap();
         assert!(b < c, "the focus ranks above an equal file");
+    }
+
+    #[test]
+    fn a_class_is_kept_before_its_members_though_only_they_are_referenced() {
+        let class = Symbol {
+            kind: "class".to_string(),
+            ..symbol("app.py", "App", 1)
+        };
+        let mut symbols = vec![class];
+        let names: Vec<String> = (0..DEFINITIONS_PER_TOP_FILE + 4)
+            .map(|i| format!("method_{i}"))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            symbols.push(Symbol {
+                kind: "method".to_string(),
+                parent: Some(1),
+                ..symbol("app.py", name, 10 + 10 * i as u32)
+            });
+        }
+        symbols.push(symbol("helpers.py", "helper", 1));
+        let refs: Vec<(String, String, u32)> = names
+            .iter()
+            .map(|n| ("main.py".to_string(), n.clone(), 1))
+            .chain([("main.py".to_string(), "helper".to_string(), 1)])
+            .collect();
+        let ranked = rank(&symbols, &refs, |_| 0.0);
+        let app = ranked.iter().find(|f| f.path == "app.py").unwrap();
+        assert_eq!(app.definitions.len(), DEFINITIONS_PER_TOP_FILE);
+        assert_eq!(app.definitions[0].0.name, "App", "{:?}", app.definitions);
     }
 }
