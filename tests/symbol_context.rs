@@ -439,7 +439,7 @@ fn a_crowded_symbol_stays_within_small_budgets() {
 /// A function's unit tests (their file named after its module, or their name
 /// after it) come before tests that reach it through other code, though
 /// those come first by path (`codebase_context` ranks its tests by the same
-/// `context::test_affinity`).
+/// `context::test_affinity`); a test that calls it twice is listed once.
 #[test]
 fn unit_tests_of_the_symbol_come_first() {
     let tmp = tempfile::tempdir().unwrap();
@@ -462,7 +462,7 @@ fn unit_tests_of_the_symbol_come_first() {
     write(
         dir,
         "tests/test_stats.py",
-        "from pkg.stats import bin_edges\n\n\ndef test_int_bins():\n    assert bin_edges([0, 4], 4)[1] == 1\n",
+        "from pkg.stats import bin_edges\n\n\ndef test_int_bins():\n    assert bin_edges([0, 4], 4)[1] == 1\n    assert bin_edges([0, 4], 2)[1] == 2\n",
     );
     git(dir, &["init", "-q"]);
     git(dir, &["add", "-A"]);

@@ -117,6 +117,9 @@ pub fn symbol_context(root: &Path, index_dir: &Path, spec: &str, budget: Option<
     let mut tests = ranked_callers(tests, &symbol.path);
     // Unit tests of the symbol first (stable: nearest first among equals).
     tests.sort_by_key(|e| super::test_affinity(&e.call_site.path, &e.from.name, &symbol.path, &symbol.name));
+    // A test once, at its first call site: the others say nothing more.
+    let mut seen_tests = HashSet::new();
+    tests.retain(|e| seen_tests.insert((e.from.id, e.from.path.clone())));
     let (commits, mut note) = match last_commits(root, &symbol, &mut files) {
         Ok(c) => c,
         Err(e) => (Vec::new(), Some(format!("no commits: {e:#}"))),
