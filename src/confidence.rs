@@ -24,7 +24,7 @@ pub const HIGH_SCORE: f64 = 0.6;
 pub const LOW_SCORE: f64 = 0.3;
 /// The first results are the ones an agent reads; a strong match further
 /// down is more likely a long chunk that holds many words by chance.
-const RESULTS_WEIGHED: usize = 3;
+pub const RESULTS_WEIGHED: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -70,7 +70,7 @@ pub struct Signals {
     pub cosine_z: Option<f64>,
     /// The query's terms with their document frequencies.
     pub terms: Vec<(String, f64)>,
-    /// For each result, the indexes in `terms` of the terms it holds.
+    /// For each of the first results, the indexes in `terms` of the terms it holds.
     pub held: Vec<Vec<usize>>,
     /// Chunks in the index.
     pub total: f64,
@@ -87,7 +87,8 @@ pub struct Evidence<'a> {
     pub terms: &'a [TermStat],
     /// Chunks in the index.
     pub total: f64,
-    /// Each result's index terms (symbol, path and body).
+    /// The index terms (symbol, path and body) of the first
+    /// [`RESULTS_WEIGHED`] results: the others are not read.
     pub hit_terms: &'a [HashSet<String>],
     /// A result defines the identifier a name-like query is.
     pub defines_name: bool,

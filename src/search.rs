@@ -1153,6 +1153,7 @@ impl Searcher {
         }
         let hit_terms: Vec<_> = hits
             .iter()
+            .take(crate::confidence::RESULTS_WEIGHED)
             .map(|h| crate::confidence::hit_terms(h.symbol.as_deref(), &h.path, &h.content))
             .collect();
         let defines_name =

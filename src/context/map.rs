@@ -241,12 +241,16 @@ fn rank<'s>(
         // reader needs first to place them (flask's `class Flask`, not only
         // its most used methods).
         let index: HashMap<i64, usize> = f.definitions.iter().enumerate().map(|(i, (s, _))| (s.id, i)).collect();
+        let parent: Vec<Option<usize>> = f
+            .definitions
+            .iter()
+            .map(|(s, _)| s.parent.and_then(|id| index.get(&id).copied()))
+            .collect();
         let own: Vec<f64> = f.definitions.iter().map(|(_, score)| *score).collect();
-        for (i, (s, _)) in f.definitions.clone().iter().enumerate() {
-            let mut up = s.parent;
-            while let Some(&p) = up.as_ref().and_then(|id| index.get(id)) {
-                f.definitions[p].1 += own[i];
-                up = f.definitions[p].0.parent;
+        // Bounded: a damaged index's parent loop must not hang the map.
+        for (i, score) in own.iter().enumerate() {
+            for p in std::iter::successors(parent[i], |&p| parent[p]).take(own.len()) {
+                f.definitions[p].1 += score;
             }
         }
         // Referenced definitions first; then the outermost (types before their methods), in file order.
