@@ -249,7 +249,7 @@ fn main() -> Result<()> {
         let index_dir = tree.join(".ken");
         index::index(&tree, &index_dir, &IndexOptions::default())?;
         if mode != SearchMode::Lexical {
-            ken::semantic::embed_root(&tree, &index_dir, &Default::default())?;
+            ken::index::semantic::embed_root(&tree, &index_dir, &Default::default())?;
         }
         let searcher = Searcher::open(&tree, &index_dir)?;
         let mut line = format!("{:<28}", case.id);

@@ -1,43 +1,24 @@
 //! ken: fast, private, precise code search for coding agents.
 //!
-//! Data flows one way: [`discover`] finds files, [`chunk`] cuts them into
-//! chunks using the grammars in [`lang`], [`index`] stores them through
-//! [`store`] (with [`lexical`] terms), and [`search`] answers queries.
-//! [`cli`] is the command line on top. See ARCHITECTURE.md for the map.
+//! The modules follow the pipeline, and each imports only the stages before
+//! it (ARCHITECTURE.md states the rules):
+//! [`source`] reads files into chunks and graph rows, [`store`] keeps them in
+//! SQLite, [`embed`] turns text into vectors, [`graph`] resolves calls,
+//! [`index`] keeps the store in step with the working tree, [`search`]
+//! answers queries, [`context`] assembles answers for agents, and the front
+//! ends [`serve`] (MCP) and [`cli`] sit on top, with [`bench`].
 
-pub mod adapter;
 pub mod bench;
-pub mod bert;
-pub mod bm25;
-pub mod chunk;
 pub mod cli;
-pub mod confidence;
 pub mod config;
 pub mod context;
-pub mod discover;
 pub mod embed;
-pub mod freshness;
-pub mod git;
 pub mod graph;
-pub mod health;
-pub mod http;
 pub mod index;
-pub mod kb;
-pub mod lang;
-pub mod lexical;
-pub mod logs;
-pub mod mcp;
-pub mod metrics;
-pub mod model;
-pub mod progress;
-pub mod provider;
 pub mod search;
-pub mod semantic;
-pub mod status;
+pub mod serve;
+pub mod source;
 pub mod store;
-pub mod vectors;
-pub mod watch;
-pub mod watch_bench;
 
 /// The environment setting `name`; a blank one is unset (`KEN_X=` in a
 /// shell or a client's config turns a setting off, not to "").

@@ -12,7 +12,7 @@ use common::*;
 use serde_json::Value;
 
 fn model() {
-    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
 }
 
 fn embeddings(root: &Path) -> i64 {

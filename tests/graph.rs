@@ -244,18 +244,18 @@ fn symbols_alone_equal_the_symbols_of_indexing() {
     let mut compared = 0;
     let mut with_container = BTreeSet::new();
     for entry in walk(&fixture_root()) {
-        let Some(lang) = ken::lang::for_path(&entry) else {
+        let Some(lang) = ken::source::lang::for_path(&entry) else {
             continue;
         };
         let source = std::fs::read_to_string(&entry).unwrap();
-        let limits = ken::chunk::ChunkLimits::default();
-        let Some(indexed) = ken::chunk::chunk_and_graph(Some(lang), &source, &limits, true)
+        let limits = ken::source::chunk::ChunkLimits::default();
+        let Some(indexed) = ken::source::chunk::chunk_and_graph(Some(lang), &source, &limits, true)
             .unwrap()
             .1
         else {
             continue;
         };
-        let alone = ken::chunk::graph_symbols(lang, &source).unwrap();
+        let alone = ken::source::chunk::graph_symbols(lang, &source).unwrap();
         assert_eq!(alone, indexed.symbols, "{}", entry.display());
         if alone.iter().any(|s| s.container.is_some()) {
             with_container.insert(lang.name);

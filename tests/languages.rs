@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ken::chunk::{chunk_source, ChunkLimits};
-use ken::lang;
+use ken::source::chunk::{chunk_source, ChunkLimits};
+use ken::source::lang;
 
 fn fixture_dir(lang: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,7 +115,7 @@ fn every_line_of_every_fixture_is_in_a_chunk() {
 
 /// A bare `impl` line (`impl Foo {`, `extension Foo {`) has no chunk of its
 /// own: it opens its first member's chunk, whose enclosing signature it is.
-fn opens_with_its_container(chunk: &ken::chunk::Chunk, name: &str) -> bool {
+fn opens_with_its_container(chunk: &ken::source::chunk::Chunk, name: &str) -> bool {
     let first_line = chunk.text.lines().next().unwrap_or("").trim();
     let container = chunk.context.as_deref().and_then(|c| c.lines().last()).unwrap_or("");
     first_line == container.trim() && first_line.contains(name)

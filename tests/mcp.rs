@@ -276,7 +276,7 @@ fn the_opencode_and_claude_code_configs_name_real_tools() {
         read_json(".mcp.json")["mcpServers"]["ken"]["args"],
         serde_json::json!(["serve"])
     );
-    let tools: Vec<String> = ken::mcp::tool_definitions()
+    let tools: Vec<String> = ken::serve::tool_definitions()
         .iter()
         .map(|t| t.name.to_string())
         .collect();
@@ -596,7 +596,7 @@ fn a_server_respects_no_embed_and_a_short_lived_one_starts_no_embedding() {
 /// says so; once it is ready, answers use the vectors.
 #[test]
 fn a_hybrid_search_before_the_model_is_loaded_answers_lexically_and_says_so() {
-    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);

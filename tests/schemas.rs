@@ -6,7 +6,7 @@ use std::path::Path;
 #[test]
 fn the_schemas_folder_matches_the_tools() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
-    let files = ken::mcp::schema_files();
+    let files = ken::serve::schema_files();
     assert!(
         files.len() >= 20,
         "every tool has an input schema, data tools an output schema"
@@ -36,7 +36,7 @@ fn the_schemas_folder_matches_the_tools() {
 
 #[test]
 fn every_tool_documents_its_arguments() {
-    for tool in ken::mcp::tool_definitions() {
+    for tool in ken::serve::tool_definitions() {
         let props = tool.input_schema.get("properties").and_then(|p| p.as_object());
         for (arg, schema) in props.into_iter().flatten() {
             let described = schema.get("description").is_some() || schema.get("$ref").is_some();

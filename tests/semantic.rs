@@ -11,12 +11,12 @@ use ken::embed::{cosine, Embedder, InputKind, LocalBert};
 use serde_json::Value;
 
 fn model_dir() -> std::path::PathBuf {
-    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)")
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)")
 }
 
 #[test]
 fn the_built_in_model_embeds_like_the_reference() {
-    let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
     assert_eq!(model.id(), "all-MiniLM-L6-v2/256/text3");
     let v = model
         .embed(
@@ -50,7 +50,7 @@ fn the_built_in_model_embeds_like_the_reference() {
 
 #[test]
 fn the_batch_pass_embeds_as_candles_bert_model() {
-    let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
     let long = "fn f() { let x = 1; }\n".repeat(500);
     // Lengths that differ: the shorter texts are padded in the batch.
     let texts = [
@@ -71,7 +71,7 @@ fn the_batch_pass_embeds_as_candles_bert_model() {
 
 #[test]
 fn a_query_embeds_as_it_would_in_a_batch() {
-    let model = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
     let queries = [
         "x",
         "where is the JWT expiry checked?",
@@ -101,9 +101,9 @@ fn a_query_embeds_as_it_would_in_a_batch() {
 /// the numbers below are that reference's.
 #[test]
 fn the_mpnet_model_embeds_like_the_reference() {
-    let dir =
-        ken::model::fetch(&ken::model::MPNET).expect("all-mpnet-base-v2 (`ken model fetch --model all-mpnet-base-v2`)");
-    let model = LocalBert::load(&ken::model::MPNET, &dir, 256).unwrap();
+    let dir = ken::embed::model::fetch(&ken::embed::model::MPNET)
+        .expect("all-mpnet-base-v2 (`ken model fetch --model all-mpnet-base-v2`)");
+    let model = LocalBert::load(&ken::embed::model::MPNET, &dir, 256).unwrap();
     assert_eq!(model.id(), "all-mpnet-base-v2/256/text3");
     assert_eq!(model.dimensions(), 768);
     let texts = [
@@ -150,7 +150,7 @@ fn the_mpnet_model_embeds_like_the_reference() {
 /// `KEN_MODEL_DIR` holding another model is refused and left as it was.
 #[test]
 fn the_mpnet_model_is_chosen_by_name_and_kept_by_the_index() {
-    let mpnet = ken::model::fetch(&ken::model::MPNET).expect("all-mpnet-base-v2");
+    let mpnet = ken::embed::model::fetch(&ken::embed::model::MPNET).expect("all-mpnet-base-v2");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     sample_project(root);
@@ -284,7 +284,7 @@ const MODULES: &str = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_
 
 #[test]
 fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
-    use ken::model::{ModelSettings, Pooling};
+    use ken::embed::model::{ModelSettings, Pooling};
     let folder = own_model_folder(&[
         ("modules.json", MODULES),
         ("1_Pooling/config.json", CLS_POOLING),
@@ -299,7 +299,7 @@ fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
             document_prompt: "passage: ".into(),
         }
     );
-    let model = LocalBert::load_with(&ken::model::MINILM, folder.path(), 256, settings).unwrap();
+    let model = LocalBert::load_with(&ken::embed::model::MINILM, folder.path(), 256, settings).unwrap();
     let id = model.id();
     assert!(
         id.starts_with("all-MiniLM-L6-v2+cls+q") && id.contains("+d") && id.ends_with("/256/text3"),
@@ -318,7 +318,7 @@ fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
         assert!(similarity > 0.99999, "{doc}: {similarity}");
     }
     // Queries: the query pass, and the batch pass past its 64 tokens.
-    let mean = LocalBert::load(&ken::model::MINILM, &model_dir(), 256).unwrap();
+    let mean = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
     let long_query = "retry the request with exponential backoff ".repeat(12);
     for query in ["where is the JWT expiry checked?", "x", long_query.as_str()] {
         let v = model.embed(&[query], InputKind::Query).unwrap();
@@ -748,7 +748,7 @@ fn an_edited_chunk_is_searched_by_its_new_vector() {
 fn the_model_is_fetched_from_a_hub_and_verified() {
     let source = model_dir();
     let tmp = tempfile::tempdir().unwrap();
-    let spec = &ken::model::MINILM;
+    let spec = &ken::embed::model::MINILM;
     let served = tmp
         .path()
         .join("hub")
@@ -1301,7 +1301,7 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
         )
         .unwrap()
         .query_map([path, model], |r| {
-            Ok((r.get(0)?, ken::vectors::decode(&r.get::<_, Vec<u8>>(1)?)))
+            Ok((r.get(0)?, ken::store::vectors::decode(&r.get::<_, Vec<u8>>(1)?)))
         })
         .unwrap()
         .map(Result::unwrap)
@@ -1311,7 +1311,7 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     assert!(few.len() >= 5, "{}", few.len());
     let mut pairs: Vec<i64> = few.iter().map(|(hash, _)| *hash).take(2).collect();
     pairs.push(-1); // not in the index
-    let negatives = ken::adapter::negatives(&conn, &branch, model, &pairs, 7).unwrap();
+    let negatives = ken::embed::adapter::negatives(&conn, &branch, model, &pairs, 7).unwrap();
     assert_eq!(negatives.vectors.len(), few.len() + 7);
     for (vector, own) in few.iter().take(2).map(|(_, v)| v).zip(&negatives.own) {
         assert_eq!(&negatives.vectors[own.unwrap()], vector);

@@ -273,9 +273,9 @@ fn a_scoped_run_records_and_forgets_skipped_files() {
     backdate(root);
     let dir = ken::store::index_dir_for(root);
     let opts = ken::index::IndexOptions::default();
-    let scope = [ken::discover::Start::Files(root.join("pkg"))];
+    let scope = [ken::source::discover::Start::Files(root.join("pkg"))];
     let scoped = || ken::index::index_scoped(root, &dir, &opts, Some(&scope)).unwrap();
-    let generated = |r: &ken::index::IndexReport| r.skipped.get(&ken::discover::SkipReason::Generated).copied();
+    let generated = |r: &ken::index::IndexReport| r.skipped.get(&ken::source::discover::SkipReason::Generated).copied();
 
     let whole = ken::index::index(root, &dir, &opts).unwrap();
     assert_eq!(generated(&whole), Some(2));

@@ -131,7 +131,7 @@ fn finding<'a>(report: &'a Value, check: &str) -> Option<&'a Value> {
 }
 
 fn model() {
-    ken::model::fetch(&ken::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
 }
 
 /// The sample project in `root`, indexed with the built-in model: its

@@ -16,8 +16,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::graph::extract::SymbolRow;
 use crate::graph::query::{Direction, Graph, Symbol};
+use crate::source::extract::SymbolRow;
 
 /// Which change to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,10 +333,10 @@ fn definitions<'s>(graph: &Graph, path: &str, source: &'s str) -> Result<Vec<Def
     let rows = match graph.symbols_of_version(path, hash)? {
         Some(rows) => rows,
         None => {
-            let Some(lang) = crate::lang::for_path(Path::new(path)) else {
+            let Some(lang) = crate::source::lang::for_path(Path::new(path)) else {
                 return Ok(Vec::new());
             };
-            crate::chunk::graph_symbols(lang, source).unwrap_or_default()
+            crate::source::chunk::graph_symbols(lang, source).unwrap_or_default()
         }
     };
     let lines: Vec<&str> = source.lines().collect();
@@ -538,7 +538,9 @@ fn analyze(
 /// Whether a definition is public API: Go capitalised names, Python names
 /// without a leading underscore, `pub`/`export`/`public` elsewhere.
 fn is_public(row: &SymbolRow, head: &str, path: &str) -> bool {
-    let lang = crate::lang::for_path(Path::new(path)).map(|l| l.name).unwrap_or("");
+    let lang = crate::source::lang::for_path(Path::new(path))
+        .map(|l| l.name)
+        .unwrap_or("");
     let words: Vec<&str> = head.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
     match lang {
         "go" => row.name.chars().next().is_some_and(char::is_uppercase),
@@ -754,7 +756,7 @@ impl Report {
 
     fn finish(mut self, graph: &mut Graph, root: &Path, compared: String, files: Vec<ChangedFile>) -> Result<Impact> {
         for f in &files {
-            if is_test_path(&f.path) || crate::lang::for_path(Path::new(&f.path)).is_none() {
+            if is_test_path(&f.path) || crate::source::lang::for_path(Path::new(&f.path)).is_none() {
                 continue;
             }
             let stem = module_stem(&f.path);
@@ -783,7 +785,9 @@ impl Report {
             }
             for (path, depth, reaches, reached) in found {
                 if is_test_path(&path) && !self.tests.values().any(|(t, _, _)| t.path == path) {
-                    let lang = crate::lang::for_path(Path::new(&path)).map(|l| l.name).unwrap_or("");
+                    let lang = crate::source::lang::for_path(Path::new(&path))
+                        .map(|l| l.name)
+                        .unwrap_or("");
                     self.add_test(&module_symbol(&path, lang), depth, &reaches, &stem);
                     if reached {
                         for s in self.symbols.iter_mut().filter(|s| s.path == f.path) {
@@ -890,7 +894,7 @@ fn package_name(path: &str) -> Option<String> {
 /// and for Python by its dotted path; `from pkg import module` too).
 fn importers(graph: &Graph, root: &Path, path: &str) -> Result<Vec<String>> {
     let stem = module_stem(path);
-    let python = crate::lang::for_path(Path::new(path)).is_some_and(|l| l.name == "python");
+    let python = crate::source::lang::for_path(Path::new(path)).is_some_and(|l| l.name == "python");
     let (conn, branch) = graph.connection();
     let mut stmt = conn.prepare_cached(
         // CROSS JOIN keeps the import rows (an index of their own) the outer loop;
@@ -913,7 +917,7 @@ fn importers(graph: &Graph, root: &Path, path: &str) -> Result<Vec<String>> {
                 let from_import = format!("{m}.{name}");
                 return python_import_names(root, path, m) || python_import_names(root, path, &from_import);
             }
-            let last = crate::graph::extract::last_component(m);
+            let last = crate::source::extract::last_component(m);
             let last = last.rsplit('/').next().unwrap_or(last);
             last.split('.').next() == Some(stem.as_str()) || last == stem
         })
@@ -949,7 +953,7 @@ fn python_import_names(root: &Path, path: &str, module: &str) -> bool {
 /// package's `__init__.py` re-exports from the module at `path`, as
 /// (test file, name): `flask.Blueprint` reaches `flask/blueprints.py`.
 fn reexport_users(graph: &Graph, root: &Path, path: &str, symbols: &[ChangedSymbol]) -> Result<Vec<(String, String)>> {
-    if crate::lang::for_path(Path::new(path)).is_none_or(|l| l.name != "python") {
+    if crate::source::lang::for_path(Path::new(path)).is_none_or(|l| l.name != "python") {
         return Ok(Vec::new());
     }
     let names: BTreeSet<&str> = symbols
@@ -1089,7 +1093,7 @@ fn runner_command(root: &Path, tests: &[(AffectedTest, String, String)]) -> (Opt
     let mut by_runner: BTreeMap<&'static str, Vec<&(AffectedTest, String, String)>> = BTreeMap::new();
     let mut unknown: BTreeSet<String> = BTreeSet::new();
     for t in tests {
-        let lang = crate::lang::for_path(Path::new(&t.0.path))
+        let lang = crate::source::lang::for_path(Path::new(&t.0.path))
             .map(|l| l.name)
             .unwrap_or("");
         match detect_runner(root, lang) {

@@ -276,7 +276,7 @@ fn rank<'s>(
 /// definition: 1 for a compound or long name, [`VAGUE_NAME_WEIGHT`] for a
 /// short single word or a private name.
 fn specificity(name: &str) -> f64 {
-    let compound = crate::lexical::split_identifier(name).len() >= 2 || name.chars().count() >= 8;
+    let compound = crate::source::lexical::split_identifier(name).len() >= 2 || name.chars().count() >= 8;
     if compound && !name.starts_with('_') {
         1.0
     } else {

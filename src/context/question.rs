@@ -17,10 +17,10 @@ use rusqlite::params;
 use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
-use crate::confidence::Confidence as MatchConfidence;
 use crate::graph::query::{Direction, Edge, Graph, Symbol};
 use crate::graph::resolve::Confidence;
-use crate::kb::{self, KnowledgeBase, PROJECT};
+use crate::search::confidence::Confidence as MatchConfidence;
+use crate::search::kb::{self, KnowledgeBase, PROJECT};
 use crate::search::{is_test_path, SearchHit, SearchMode, SearchRequest, Searcher};
 
 /// Definitions among the top results whose callers, callees and tests are offered.

@@ -797,7 +797,7 @@ pub fn run_cli(
     };
     let out = match outcome {
         Ok(out) => out,
-        Err(e) => return crate::graph::output::ambiguous(e, json),
+        Err(e) => return crate::cli::graph::ambiguous(e, json),
     };
     if json {
         println!("{}", serde_json::to_string(&out)?);
@@ -871,7 +871,7 @@ pub struct ContextBench {
 /// on `samples` referenced functions and methods of the index.
 pub fn bench(root: &Path, index_dir: &Path, samples: usize, budget: usize) -> Result<ContextBench> {
     let store = Store::open_for_read(index_dir)?;
-    let ids = crate::graph::bench::sampled_symbols(&store, samples)?;
+    let ids = crate::bench::graph::sampled_symbols(&store, samples)?;
     drop(store);
     let (mut times, mut located) = (Vec::new(), Vec::new());
     let mut over = 0;

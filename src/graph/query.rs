@@ -253,7 +253,7 @@ impl<'c> Graph<'c> {
     /// The graph of the branch checked out at `root`. Fails plainly when the
     /// index has no graph rows for it.
     pub fn open(store: &'c Store, root: &Path) -> Result<Graph<'c>> {
-        let branch = crate::git::head(root).catalog_key();
+        let branch = crate::source::git::head(root).catalog_key();
         let graph = Graph::for_branch(&store.conn, &branch);
         let has_files: bool = store.conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)",
@@ -304,7 +304,7 @@ impl<'c> Graph<'c> {
 
     /// The definitions of the version of `path` whose content hash is `hash`,
     /// in source order, if the index holds that version (of any branch).
-    pub fn symbols_of_version(&self, path: &str, hash: i64) -> Result<Option<Vec<super::extract::SymbolRow>>> {
+    pub fn symbols_of_version(&self, path: &str, hash: i64) -> Result<Option<Vec<crate::source::extract::SymbolRow>>> {
         let file: Option<i64> = self
             .conn
             .prepare_cached("SELECT id FROM files WHERE path = ?1 AND content_hash = ?2")?
@@ -317,7 +317,7 @@ impl<'c> Graph<'c> {
                 "SELECT name, kind, container, line, start_line, end_line FROM symbols WHERE file_id = ?1 ORDER BY id",
             )?
             .query_map([file], |r| {
-                Ok(super::extract::SymbolRow {
+                Ok(crate::source::extract::SymbolRow {
                     name: r.get(0)?,
                     kind: r.get(1)?,
                     container: r.get(2)?,
@@ -506,7 +506,7 @@ impl<'c> Graph<'c> {
             .or_else(|| spec.rsplit_once('#'))
             .or_else(|| spec.rsplit_once('.'));
         if let Some((container, name)) = split {
-            let container = super::extract::last_component(container).to_string();
+            let container = crate::source::extract::last_component(container).to_string();
             let named = self.symbols_named(name)?;
             return Ok(named
                 .iter()

@@ -12,8 +12,8 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::extract::{module_name, CONTAINER_KINDS, SELF_WORDS};
 use super::query::{Graph, Ref, Symbol};
+use crate::source::extract::{module_name, CONTAINER_KINDS, SELF_WORDS};
 use anyhow::Result;
 
 /// How a reference was tied to its definition, from surest to least sure.

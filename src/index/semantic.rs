@@ -12,12 +12,12 @@ use anyhow::{Context, Result};
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
-use crate::adapter;
+use crate::embed::adapter;
+use crate::embed::provider::{HttpEmbedder, ProviderConfig};
 use crate::embed::{Embedder, InputKind, LocalBert};
-use crate::progress::Reporter;
-use crate::provider::{HttpEmbedder, ProviderConfig};
+use crate::index::progress::Reporter;
+use crate::store::vectors::{self, Quantization, VectorIndex};
 use crate::store::{self, Store};
-use crate::vectors::{self, Quantization, VectorIndex};
 
 /// Characters of a chunk passed to the tokenizer (the model truncates to its
 /// token budget; this only bounds tokenizer work on long chunks).
@@ -81,7 +81,7 @@ pub fn embedding_text(context: Option<&str>, symbol: Option<&str>, text: &str) -
 /// more than `_`/`-` into spaces: the names the model's word pieces would
 /// split badly (camelCase, letter/digit changes).
 fn spelled_names(text: &str) -> Option<String> {
-    let spelled = crate::lexical::spaced_identifiers(text).to_lowercase();
+    let spelled = crate::source::lexical::spaced_identifiers(text).to_lowercase();
     (spelled != text.replace(['_', '-'], " ").to_lowercase()).then_some(spelled)
 }
 
@@ -124,7 +124,7 @@ pub fn signature_texts(context: Option<&str>, symbol: Option<&str>, kind: &str, 
         .filter(|n| !n.is_empty())
         .take(MAX_SIGNATURE_NAMES)
         .map(|name| {
-            let mut s = crate::lexical::spaced_identifiers(name)
+            let mut s = crate::source::lexical::spaced_identifiers(name)
                 .replace(['_', '-'], " ")
                 .to_lowercase();
             if let Some(container) = container {
@@ -303,7 +303,7 @@ fn record_embedding_failure(store: &Store, failure: Option<&anyhow::Error>) {
 /// Why an index has no vectors to search, for a search's notice: built
 /// without them, its last embedding pass failed (and how), or not there yet.
 pub fn why_no_vectors(store: &Store) -> String {
-    if crate::watch::embeddings_off(store) {
+    if crate::index::watch::embeddings_off(store) {
         return "the index was built with --no-embed (`ken embed` computes the embeddings)".to_string();
     }
     match store.meta(EMBEDDING_FAILURE).ok().flatten().filter(|f| !f.is_empty()) {
@@ -405,7 +405,7 @@ fn embed_pass(
     ))
 }
 
-/// Fits the query adapter of `model` ([`crate::adapter`]) unless the last
+/// Fits the query adapter of `model` ([`crate::embed::adapter`]) unless the last
 /// fit still stands for the branch's `contents`; `false` when paused or
 /// cancelled before the end (nothing is saved).
 fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64) -> Result<bool> {
@@ -635,7 +635,7 @@ impl SharedCache {
         if std::env::var("KEN_SHARED_CACHE").is_ok_and(|v| v == "0") {
             return None;
         }
-        let path = crate::model::cache_root().join("vectors.db");
+        let path = crate::embed::model::cache_root().join("vectors.db");
         std::fs::create_dir_all(path.parent()?).ok()?;
         let conn = rusqlite::Connection::open(&path).ok()?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
@@ -749,8 +749,8 @@ pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
             Ok((Box::new(HttpEmbedder::new(config)?), stored))
         }
         None => {
-            let spec = crate::model::chosen()?;
-            crate::model::fetch(spec)?;
+            let spec = crate::embed::model::chosen()?;
+            crate::embed::model::fetch(spec)?;
             let embedder = LocalBert::builtin(spec, crate::embed::max_tokens_from_env())?;
             Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
         }
@@ -788,7 +788,7 @@ pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter:
     // others see the pass at once. The writer lock is taken per batch.
     let _embedder = EmbedderLock::wait(index_dir, EMBEDDER_WAIT)?;
     let (embedder, provider) = configured_embedder().inspect_err(|e| record_embedding_failure(&store, Some(e)))?;
-    let branch = crate::git::head(root).catalog_key();
+    let branch = crate::source::git::head(root).catalog_key();
     if let Some(previous) = store.meta("embedding_model")? {
         if previous != embedder.id() {
             eprintln!(

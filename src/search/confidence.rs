@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::lexical;
+use crate::source::lexical;
 
 /// A score at or above this is a match: most of the query's weight is in
 /// one of the first results.

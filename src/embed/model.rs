@@ -491,7 +491,7 @@ fn sha256_file(path: &Path) -> Result<String> {
 /// Downloads each file from `$HF_ENDPOINT` (default the public hub) at the
 /// pinned revision, into a temporary name first.
 fn fetch_from_hub(spec: &ModelSpec, dir: &Path) -> Result<()> {
-    crate::http::install_crypto_provider();
+    crate::embed::http::install_crypto_provider();
     let endpoint = crate::setting("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".to_string());
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(10))

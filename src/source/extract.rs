@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use tree_sitter::{Node, Query, QueryCursor, StreamingIterator};
 
-use crate::lang::Language;
+use crate::source::lang::Language;
 
 /// A definition found by chunking, flattened in source order (pre-order).
 pub struct DefSpan<'a> {
@@ -66,7 +66,10 @@ pub struct RefRow {
     pub caller: Option<usize>,
 }
 
-pub(crate) use crate::chunk::{CONTAINER_KINDS, METHOD_OWNER_KINDS};
+pub(crate) use crate::source::chunk::{CONTAINER_KINDS, METHOD_OWNER_KINDS};
+
+/// Bumped when extraction changes what it stores (part of the chunking fingerprint).
+pub const EXTRACTOR_VERSION: u32 = 1;
 
 /// Words that name the current object in a method.
 pub const SELF_WORDS: &[&str] = &["self", "this", "$this", "cls", "Self", "@"];

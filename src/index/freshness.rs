@@ -9,9 +9,9 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::discover::{self, DiscoverOptions, SkipReason};
-use crate::git;
 use crate::index::INDEXED_BRANCH;
+use crate::source::discover::{self, DiscoverOptions, SkipReason};
+use crate::source::git;
 use crate::store::{self, Store};
 
 /// The meta key holding the pid of the process watching the root.

@@ -8,9 +8,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::cli::Style;
-use crate::discover::SkipCounts;
-use crate::git;
 use crate::index::{BranchTotals, IndexReport};
+use crate::source::discover::SkipCounts;
+use crate::source::git;
 use crate::store::{self, Store, SCHEMA_VERSION};
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -45,7 +45,7 @@ pub struct Status {
     /// held-out documented definitions against the query as typed.
     pub query_adapter_fit: Option<String>,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
-    pub freshness: crate::freshness::Freshness,
+    pub freshness: crate::index::freshness::Freshness,
 }
 
 pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
@@ -71,14 +71,14 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let (embedded_contents, signature_vectors) = match &embedding_model {
         Some(model) => (
             vectors_of(model)?,
-            vectors_of(&crate::semantic::signature_model(model))?,
+            vectors_of(&crate::index::semantic::signature_model(model))?,
         ),
         None => (0, 0),
     };
     let last: Option<IndexReport> = store
         .meta("last_index_report")?
         .and_then(|json| serde_json::from_str(&json).ok());
-    let freshness = crate::freshness::Freshness::read(&store, root, true)?;
+    let freshness = crate::index::freshness::Freshness::read(&store, root, true)?;
     Ok(Status {
         freshness,
         root: root.display().to_string(),
@@ -105,8 +105,8 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         embedding_model: embedding_model.clone(),
         query_adapter_pairs: embedding_model
             .as_deref()
-            .and_then(|model| crate::adapter::fitted_pairs(&store.conn, model)),
-        query_adapter_fit: crate::adapter::summary(&store.conn),
+            .and_then(|model| crate::embed::adapter::fitted_pairs(&store.conn, model)),
+        query_adapter_fit: crate::embed::adapter::summary(&store.conn),
     })
 }
 
@@ -147,13 +147,13 @@ impl Status {
                     self.signature_vectors
                 );
                 let adapter = match self.query_adapter_pairs {
-                    Some(pairs) if pairs >= crate::adapter::MIN_PAIRS => match &self.query_adapter_fit {
+                    Some(pairs) if pairs >= crate::embed::adapter::MIN_PAIRS => match &self.query_adapter_fit {
                         Some(how) => format!("fitted on {pairs} documented definitions ({how})"),
                         None => format!("fitted on {pairs} documented definitions"),
                     },
                     Some(pairs) => format!(
                         "none ({pairs} documented definitions, {} needed)",
-                        crate::adapter::MIN_PAIRS
+                        crate::embed::adapter::MIN_PAIRS
                     ),
                     None => "not fitted yet".to_string(),
                 };

@@ -14,6 +14,10 @@
 //!
 //! Every change happens in a transaction that leaves these tables consistent.
 
+pub mod bm25;
+pub mod graph;
+pub mod vectors;
+
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::Write;
@@ -24,9 +28,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
-use crate::chunk::Chunk;
-use crate::discover::SkipReason;
-use crate::lexical;
+use crate::source::chunk::Chunk;
+use crate::source::discover::SkipReason;
+use crate::source::lexical;
 
 /// Bumped whenever the schema or the meaning of stored data changes. An
 /// index of an older version is upgraded in place by [`MIGRATIONS`] when a
@@ -39,7 +43,7 @@ pub const SCHEMA_VERSION: i64 = 6;
 /// index holds (its vectors above all) is kept. A change to the meaning of
 /// stored data bumps [`SCHEMA_VERSION`] without a step: older indexes are
 /// then rebuilt.
-const MIGRATIONS: &[(i64, &str)] = &[(4, SKIPPED_FILES_SCHEMA), (5, crate::graph::IMPORT_MODULES_INDEX)];
+const MIGRATIONS: &[(i64, &str)] = &[(4, SKIPPED_FILES_SCHEMA), (5, graph::IMPORT_MODULES_INDEX)];
 
 /// Added in version 5. `mtime_ns` is 0 when the file was too recent to trust
 /// its mtime (as in `catalog`); `reason` is the [`SkipReason`]'s key
@@ -190,7 +194,7 @@ pub struct NewFileVersion {
     /// Lexical terms of the path, shared by the file's chunks.
     pub path_terms: String,
     /// Symbols and references for the code graph (languages with a `tags.scm`).
-    pub graph: Option<crate::graph::FileGraph>,
+    pub graph: Option<crate::source::extract::FileGraph>,
 }
 
 /// A chunk with everything the writer stores already computed, so the
@@ -248,7 +252,7 @@ impl NewFileVersion {
         }
     }
 
-    pub fn with_graph(mut self, graph: Option<crate::graph::FileGraph>) -> Self {
+    pub fn with_graph(mut self, graph: Option<crate::source::extract::FileGraph>) -> Self {
         self.graph = graph;
         self
     }
@@ -1080,9 +1084,8 @@ fn create_index(dir: &Path, salvage_from: Option<&Path>) -> Result<Salvaged> {
         tx.execute_batch(SCHEMA).context("creating the index schema")?;
         tx.execute_batch(SKIPPED_FILES_SCHEMA)
             .context("creating the index schema")?;
-        tx.execute_batch(crate::graph::SCHEMA)
-            .context("creating the graph schema")?;
-        tx.execute_batch(crate::graph::IMPORT_MODULES_INDEX)
+        tx.execute_batch(graph::SCHEMA).context("creating the graph schema")?;
+        tx.execute_batch(graph::IMPORT_MODULES_INDEX)
             .context("creating the graph schema")?;
         tx.execute(
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_at', ?2)",
@@ -1811,7 +1814,7 @@ impl<'c> Batch<'c> {
             ])?;
         }
         if let Some(graph) = &file.graph {
-            crate::graph::insert(&self.tx, file_id, graph)?;
+            graph::insert(&self.tx, file_id, graph)?;
         }
         Ok(file_id)
     }
@@ -1932,7 +1935,7 @@ impl<'c> Batch<'c> {
         self.tx
             .prepare_cached("DELETE FROM chunks WHERE file_id = ?1")?
             .execute([file_id])?;
-        crate::graph::delete(&self.tx, file_id)?;
+        graph::delete(&self.tx, file_id)?;
         self.tx
             .prepare_cached("DELETE FROM files WHERE id = ?1")?
             .execute([file_id])?;

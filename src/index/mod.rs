@@ -10,6 +10,13 @@
 //! recorded with their size and mtime, so later runs count them as skipped
 //! without reading them again while those stay the same.
 
+pub mod freshness;
+pub mod health;
+pub mod progress;
+pub mod semantic;
+pub mod status;
+pub mod watch;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::mpsc;
@@ -19,11 +26,11 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::chunk::{self, chunk_and_graph, ChunkLimits};
-use crate::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
-use crate::git;
-use crate::lang;
-use crate::progress::{Phase, Reporter};
+use crate::index::progress::{Phase, Reporter};
+use crate::source::chunk::{self, chunk_and_graph, ChunkLimits};
+use crate::source::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
+use crate::source::git;
+use crate::source::lang;
 use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, SkippedEntry, Store};
 
 /// Runs that change at least this many files load the lexical index in bulk.

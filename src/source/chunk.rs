@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
 
-use crate::graph::extract::{DefSpan, SymbolRow};
-use crate::graph::FileGraph;
-use crate::lang::Language;
+use crate::source::extract::FileGraph;
+use crate::source::extract::{DefSpan, SymbolRow};
+use crate::source::lang::Language;
 
 /// Bumped when the chunking algorithm changes what it produces.
 const CHUNKER_VERSION: u32 = 4;
@@ -26,8 +26,8 @@ const CHUNKER_VERSION: u32 = 4;
 pub fn chunking_fingerprint(limits: &ChunkLimits) -> String {
     format!(
         "v{CHUNKER_VERSION}-g{}-{:016x}-{}-{}-{}-p{}-{}-{}",
-        crate::graph::EXTRACTOR_VERSION,
-        crate::lang::queries_fingerprint(),
+        crate::source::extract::EXTRACTOR_VERSION,
+        crate::source::lang::queries_fingerprint(),
         limits.max_lines,
         limits.max_bytes,
         limits.overlap_lines,
@@ -250,7 +250,7 @@ fn chunk_with_grammar(
             let mut spans = Vec::new();
             def_spans(&defs, None, &mut spans);
             // A broken tags query loses the graph of the file, never its chunks.
-            crate::graph::extract::extract(lang, root, source, &spans).unwrap_or_else(|e| {
+            crate::source::extract::extract(lang, root, source, &spans).unwrap_or_else(|e| {
                 tracing::warn!("{e:#}");
                 None
             })
@@ -278,7 +278,7 @@ pub fn graph_symbols(lang: &Language, source: &str) -> Result<Vec<SymbolRow>> {
     let defs = find_definitions(lang, root, source)?;
     let mut spans = Vec::new();
     def_spans(&defs, None, &mut spans);
-    Ok(crate::graph::extract::symbols(lang, root, source, &spans)?.unwrap_or_default())
+    Ok(crate::source::extract::symbols(lang, root, source, &spans)?.unwrap_or_default())
 }
 
 /// The definitions in source order, for the code graph.
@@ -862,7 +862,7 @@ def free_b():
 
     /// (kind, first line, last line, definitions) of each chunk of SOURCE.
     fn chunks(limits: &ChunkLimits) -> Vec<(String, u32, u32, Vec<Named>)> {
-        let python = crate::lang::by_name("python").expect("python grammar");
+        let python = crate::source::lang::by_name("python").expect("python grammar");
         chunk_source(Some(python), SOURCE, limits)
             .unwrap()
             .into_iter()
@@ -937,7 +937,7 @@ def free_b():
     #[test]
     fn a_bare_impl_line_opens_its_first_methods_chunk() {
         let source = "/// A point.\nstruct Point {\n    x: i32,\n}\n\nimpl Point {\n    fn x(&self) -> i32 {\n        self.x\n    }\n}\n\n/// Shown as `(x)`.\nimpl std::fmt::Display for Point {\n    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {\n        write!(f, \"({})\", self.x)\n    }\n}\n";
-        let rust = crate::lang::by_name("rust").expect("rust grammar");
+        let rust = crate::source::lang::by_name("rust").expect("rust grammar");
         let got: Vec<(String, u32, u32, Option<String>)> = chunk_source(Some(rust), source, &ChunkLimits::default())
             .unwrap()
             .into_iter()

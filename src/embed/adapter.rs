@@ -526,7 +526,7 @@ pub fn lead_words<'a>(questions: impl IntoIterator<Item = &'a str>) -> BTreeSet<
 
 /// Whether `text` has the words of a sentence: a doc sentence the map learns
 /// from, or a query it may carry. (The rerank's "question", four words or
-/// more, is [`crate::lexical::is_question`].)
+/// more, is [`crate::source::lexical::is_question`].)
 pub fn is_sentence(text: &str) -> bool {
     text.split_whitespace().count() >= MIN_SENTENCE_WORDS
 }
@@ -664,7 +664,7 @@ pub fn negatives(conn: &Connection, branch: &str, model: &str, pairs: &[i64], sp
             let hash: i64 = row.get(0)?;
             if let std::collections::hash_map::Entry::Vacant(slot) = index_of.entry(hash) {
                 slot.insert(vectors.len());
-                vectors.push(crate::vectors::decode(&row.get::<_, Vec<u8>>(1)?));
+                vectors.push(crate::store::vectors::decode(&row.get::<_, Vec<u8>>(1)?));
                 added += 1;
             }
         }

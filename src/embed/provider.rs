@@ -245,7 +245,7 @@ fn now_ms() -> u64 {
 
 impl HttpEmbedder {
     pub fn new(config: ProviderConfig) -> Result<HttpEmbedder> {
-        crate::http::install_crypto_provider();
+        crate::embed::http::install_crypto_provider();
         let query = QuerySettings::from_env()?;
         let api_key = match &config.api_key_env {
             Some(name) => std::env::var(name).ok().filter(|k| !k.is_empty()),
@@ -260,7 +260,7 @@ impl HttpEmbedder {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Ollama => "ollama",
         };
-        let text = crate::semantic::CHUNK_TEXT_VERSION;
+        let text = crate::index::semantic::CHUNK_TEXT_VERSION;
         let id = match config.dimensions {
             Some(d) => format!("{kind}:{}@{d}/text{text}", config.model),
             None => format!("{kind}:{}/text{text}", config.model),
@@ -693,7 +693,7 @@ impl Trip {
     /// does not contain.
     fn file(endpoint: &str) -> PathBuf {
         let hash = crate::store::content_hash(endpoint.as_bytes()) as u64;
-        crate::model::cache_root()
+        crate::embed::model::cache_root()
             .join("providers")
             .join(format!("{hash:016x}.trip"))
     }

@@ -5,6 +5,12 @@
 //! chunk content and embedder id, so the id names everything that changes a
 //! vector: the model, the token budget and the chunk text recipe.
 
+pub mod adapter;
+pub mod bert;
+pub mod http;
+pub mod model;
+pub mod provider;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -14,8 +20,8 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::BertModel;
 use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
-use crate::model::{self, ModelSettings, ModelSpec, Pooling};
+use crate::embed::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
+use crate::embed::model::{ModelSettings, ModelSpec, Pooling};
 
 /// Whether a text is a document (a chunk) or a search query; some models
 /// embed the two differently.
@@ -143,7 +149,7 @@ impl LocalBert {
                 "{}{}/{max_tokens}/text{}",
                 spec.name,
                 settings.tag(),
-                crate::semantic::CHUNK_TEXT_VERSION
+                crate::index::semantic::CHUNK_TEXT_VERSION
             ),
             dir: dir.to_path_buf(),
             batch_pass: OnceLock::new(),

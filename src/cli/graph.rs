@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Args;
 
-use super::query::{Ambiguous, CallGraph, CallPath, Direction, Edge, Symbol};
 use crate::cli::Style;
+use crate::graph::query::{Ambiguous, CallGraph, CallPath, Direction, Edge, Symbol};
 
 #[derive(Args, Debug)]
 pub struct CallgraphArgs {
@@ -72,7 +72,7 @@ pub fn run_callgraph(root: &Path, index_dir: &Path, args: &CallgraphArgs) -> Res
     } else {
         Direction::Callers
     };
-    let graph = match super::call_graph(root, index_dir, &args.symbol, direction, args.depth) {
+    let graph = match crate::graph::call_graph(root, index_dir, &args.symbol, direction, args.depth) {
         Ok(g) => g,
         Err(e) => return ambiguous(e, args.json),
     };
@@ -85,7 +85,7 @@ pub fn run_callgraph(root: &Path, index_dir: &Path, args: &CallgraphArgs) -> Res
 }
 
 pub fn run_path(root: &Path, index_dir: &Path, args: &PathArgs) -> Result<i32> {
-    let path = match super::call_path(root, index_dir, &args.from, &args.to) {
+    let path = match crate::graph::call_path(root, index_dir, &args.from, &args.to) {
         Ok(p) => p,
         Err(e) => return ambiguous(e, args.json),
     };
@@ -98,7 +98,7 @@ pub fn run_path(root: &Path, index_dir: &Path, args: &PathArgs) -> Result<i32> {
 }
 
 pub fn run_def(root: &Path, index_dir: &Path, args: &DefArgs) -> Result<i32> {
-    let found = super::definitions(root, index_dir, &args.name, args.kind.as_deref(), args.path.as_deref())?;
+    let found = crate::graph::definitions(root, index_dir, &args.name, args.kind.as_deref(), args.path.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&found)?);
     } else {
@@ -205,7 +205,7 @@ pub fn render_path(path: &CallPath, s: Style) -> String {
             "no call path from {} to {} (within {} calls)\n",
             path.from.qualified(),
             path.to.qualified(),
-            super::query::MAX_PATH_DEPTH
+            crate::graph::query::MAX_PATH_DEPTH
         ));
         out.push_str(&note);
         return out;

@@ -136,7 +136,7 @@ macro_rules! languages {
                     extensions: &[$($ext),*],
                     file_names: &[$($file),*],
                     grammar: || $grammar.into(),
-                    chunks_query_source: include_str!(concat!("../native-grammars/", $name, "/chunks.scm")),
+                    chunks_query_source: include_str!(concat!("../../native-grammars/", $name, "/chunks.scm")),
                     chunks_query: OnceLock::new(),
                     tags_query_source: tags_source($name),
                     tags_query: OnceLock::new(),
@@ -187,7 +187,7 @@ fn tags_source(name: &str) -> Option<&'static str> {
     macro_rules! tags {
         ($($lang:literal),*) => {
             match name {
-                $($lang => Some(include_str!(concat!("../native-grammars/", $lang, "/tags.scm"))),)*
+                $($lang => Some(include_str!(concat!("../../native-grammars/", $lang, "/tags.scm"))),)*
                 _ => None,
             }
         };

@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::query::{Direction, Graph};
 use crate::bench::percentile;
+use crate::graph::query::{Direction, Graph};
 use crate::store::Store;
 
 #[derive(Debug, Default, Serialize)]

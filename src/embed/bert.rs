@@ -21,7 +21,7 @@
 //! (tests/semantic.rs checks), so queries and stored chunk vectors stay
 //! comparable.
 
-use crate::model::Pooling;
+use crate::embed::model::Pooling;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor, D};

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::confidence::Confidence;
+use crate::search::confidence::Confidence;
 use crate::search::{SearchHit, SearchRequest, Searcher};
 
 /// A result with the name of the base it comes from.

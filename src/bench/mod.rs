@@ -6,6 +6,9 @@
 //! (the I/O floor); for queries, the bare FTS5 `MATCH ... ORDER BY rank` on
 //! the same terms (the storage engine's floor, without ken's rerank).
 
+pub mod graph;
+pub mod watch;
+
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -14,10 +17,10 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::discover::{self, DiscoverOptions};
 use crate::index::{self, IndexOptions, IndexReport};
-use crate::lexical::QueryTerms;
 use crate::search::{SearchMode, SearchPhases, SearchRequest, Searcher};
+use crate::source::discover::{self, DiscoverOptions};
+use crate::source::lexical::QueryTerms;
 
 pub struct BenchOptions {
     pub root: PathBuf,
@@ -48,7 +51,7 @@ pub struct BenchReport {
     pub query_p95_ms: f64,
     pub baseline_query_p50_ms: f64,
     pub baseline_query_p95_ms: f64,
-    pub graph: crate::graph::bench::GraphBench,
+    pub graph: crate::bench::graph::GraphBench,
 }
 
 pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
@@ -80,15 +83,15 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
     // Parsing and chunking alone, in parallel, with nothing stored: what the
     // index costs above this is the store.
     let t = Instant::now();
-    let limits = crate::chunk::ChunkLimits::default();
+    let limits = crate::source::chunk::ChunkLimits::default();
     let parsed_chunks: usize = found
         .files
         .par_iter()
         .filter_map(|c| std::fs::read(&c.abs_path).ok().map(|b| (c, b)))
         .map(|(c, bytes)| match discover::check_content(&bytes) {
             Ok(text) => {
-                let lang = crate::lang::for_path(std::path::Path::new(&c.rel_path));
-                crate::chunk::chunk_source(lang, text, &limits).map_or(0, |v| v.len())
+                let lang = crate::source::lang::for_path(std::path::Path::new(&c.rel_path));
+                crate::source::chunk::chunk_source(lang, text, &limits).map_or(0, |v| v.len())
             }
             Err(_) => 0,
         })
@@ -145,7 +148,7 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
             }
         }
     }
-    let mut graph = crate::graph::bench::queries(searcher.store(), root, 50)?;
+    let mut graph = crate::bench::graph::queries(searcher.store(), root, 50)?;
     graph.cold_index_without_graph_seconds = without_graph_seconds;
     graph.cold_index_graph_ratio = cold.seconds / without_graph_seconds.max(1e-9);
     let megabytes = bytes as f64 / 1e6;
@@ -191,7 +194,7 @@ fn sample_queries(searcher: &Searcher) -> Result<Vec<String>> {
         let words: Vec<String> = pair
             .iter()
             .flat_map(|s| {
-                crate::lexical::split_identifier(s)
+                crate::source::lexical::split_identifier(s)
                     .into_iter()
                     .map(str::to_lowercase)
                     .collect::<Vec<_>>()
@@ -351,11 +354,15 @@ pub(crate) fn clustered_vectors(
         .collect()
 }
 
-pub fn vectors(count: usize, dimensions: usize, quantization: crate::vectors::Quantization) -> Result<VectorBench> {
+pub fn vectors(
+    count: usize,
+    dimensions: usize,
+    quantization: crate::store::vectors::Quantization,
+) -> Result<VectorBench> {
     // Deterministic clustered data (uniform random vectors are adversarial for HNSW).
     let mut noise = Noise(0x9E3779B97F4A7C15);
     let data = clustered_vectors(&mut noise, count, dimensions, 100, 0.3);
-    let index = crate::vectors::VectorIndex::in_memory(dimensions, quantization)?;
+    let index = crate::store::vectors::VectorIndex::in_memory(dimensions, quantization)?;
     let t = Instant::now();
     index.reserve(count)?;
     for (i, v) in data.iter().enumerate() {
@@ -418,14 +425,14 @@ pub fn embed(
             let context: Option<String> = r.get(0)?;
             let text: String = r.get(1)?;
             let symbol: Option<String> = r.get(2)?;
-            Ok(crate::semantic::embedding_text(
+            Ok(crate::index::semantic::embedding_text(
                 context.as_deref(),
                 symbol.as_deref(),
                 &text,
             ))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    crate::model::fetch(crate::model::chosen()?)?;
+    crate::embed::model::fetch(crate::embed::model::chosen()?)?;
     let mut rows = Vec::new();
     let mut query_ms = Vec::new();
     for &budget in budgets {

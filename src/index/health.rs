@@ -8,12 +8,12 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::discover::DiscoverOptions;
-use crate::freshness::{pending_changes, Pending};
-use crate::git;
+use crate::index::freshness::{pending_changes, Pending};
 use crate::index::IndexOptions;
+use crate::source::discover::DiscoverOptions;
+use crate::source::git;
+use crate::store::vectors::{self, VectorIndex};
 use crate::store::{self, Store};
-use crate::vectors::{self, VectorIndex};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -338,10 +338,10 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
         });
     }
     // Branches deleted from git: their catalogs (and what only they use) can go.
-    let dead = crate::watch::dead_branches(&reader, root)?;
+    let dead = crate::index::watch::dead_branches(&reader, root)?;
     if !dead.is_empty() {
         let repaired = match &mut writer {
-            Some((w, _)) if repair => crate::watch::drop_branches(w, &dead).is_ok(),
+            Some((w, _)) if repair => crate::index::watch::drop_branches(w, &dead).is_ok(),
             _ => false,
         };
         findings.push(Finding {

@@ -3,6 +3,9 @@
 //! tests and docs after source unless asked for), overlap removal and a cap
 //! of chunks per file.
 
+pub mod confidence;
+pub mod kb;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -15,14 +18,14 @@ use rusqlite::types::Value;
 use rusqlite::{params_from_iter, OptionalExtension};
 use serde::Serialize;
 
-use crate::adapter::QueryAdapter;
-use crate::confidence::{Confidence, Evidence, TermStat};
+use crate::embed::adapter::QueryAdapter;
 use crate::embed::{Embedder, InputKind};
-use crate::git;
-use crate::lang;
-use crate::lexical::{self, QueryTerms};
+use crate::search::confidence::{Confidence, Evidence, TermStat};
+use crate::source::git;
+use crate::source::lang;
+use crate::source::lexical::{self, QueryTerms};
+use crate::store::vectors::VectorIndex;
 use crate::store::Store;
-use crate::vectors::VectorIndex;
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
@@ -295,7 +298,7 @@ impl SemanticSide {
         if let Some((_, vector)) = recent().iter().find(|(q, _)| q == query) {
             return Ok(vector.clone());
         }
-        let text = crate::semantic::query_text(query);
+        let text = crate::index::semantic::query_text(query);
         // Bounded: a remote provider answers within its query budget or the
         // search goes on lexically, saying why.
         let vector = self.embedder.embed_now(text.as_ref(), InputKind::Query)?;
@@ -314,7 +317,7 @@ impl SemanticSide {
 
 fn vector_file_stamp(store: &Store, model: &str) -> Option<(u64, std::time::SystemTime)> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(crate::vectors::vectors_path(&store.dir, model)).ok()?;
+    let meta = std::fs::metadata(crate::store::vectors::vectors_path(&store.dir, model)).ok()?;
     Some((meta.ino(), meta.modified().ok()?))
 }
 
@@ -645,7 +648,7 @@ impl Searcher {
     /// root's current branch.
     pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
         let store = Store::open_for_read(index_dir)?;
-        crate::bm25::register(&store.conn)?;
+        crate::store::bm25::register(&store.conn)?;
         let branch = git::head(root).catalog_key();
         let has_catalog = || -> Result<bool> {
             let sql = "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)";
@@ -655,7 +658,10 @@ impl Searcher {
         // Just after a checkout a watcher is indexing the branch (in one
         // transaction): wait for it rather than fail or mix branches.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !indexed && std::time::Instant::now() < deadline && crate::freshness::live_watcher(&store)?.is_some() {
+        while !indexed
+            && std::time::Instant::now() < deadline
+            && crate::index::freshness::live_watcher(&store)?.is_some()
+        {
             std::thread::sleep(std::time::Duration::from_millis(50));
             indexed = has_catalog()?;
         }
@@ -730,9 +736,9 @@ impl Searcher {
         }
         if let Some(side) = self.semantic.get_mut() {
             let model = side.embedder.id().to_string();
-            let adapter_fit = crate::adapter::fingerprint(&self.store.conn);
+            let adapter_fit = crate::embed::adapter::fingerprint(&self.store.conn);
             if adapter_fit != side.adapter_fit {
-                side.adapter = crate::adapter::load(&self.store.conn, &model);
+                side.adapter = crate::embed::adapter::load(&self.store.conn, &model);
                 side.adapter_fit = adapter_fit;
                 side.recent_queries.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
             }
@@ -773,7 +779,7 @@ impl Searcher {
                     )
                     .optional()?;
                 let vector = match blob {
-                    Some(b) => crate::vectors::decode(&b),
+                    Some(b) => crate::store::vectors::decode(&b),
                     None => bail!("{target} has no embedding yet; run `ken index`"),
                 };
                 (vector, Some((chunk_id, path)))
@@ -896,11 +902,11 @@ impl Searcher {
                         "no embeddings yet: {writer} is indexing the project or computing its embeddings \
                          (`ken status` shows the coverage)"
                     ),
-                    None => crate::semantic::why_no_vectors(&self.store),
+                    None => crate::index::semantic::why_no_vectors(&self.store),
                 })?;
             let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
-            let embedder =
-                crate::semantic::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
+            let embedder = crate::index::semantic::embedder_for_index(&model, provider.as_deref())
+                .map_err(|e| format!("{e:#}"))?;
             let dimensions: usize = self
                 .store
                 .meta("embedding_dimensions")
@@ -916,8 +922,8 @@ impl Searcher {
                 vectors,
                 dimensions,
                 stamp,
-                adapter: crate::adapter::load(&self.store.conn, &model),
-                adapter_fit: crate::adapter::fingerprint(&self.store.conn),
+                adapter: crate::embed::adapter::load(&self.store.conn, &model),
+                adapter_fit: crate::embed::adapter::fingerprint(&self.store.conn),
                 recent_queries: Default::default(),
             })
         };
@@ -971,7 +977,7 @@ impl Searcher {
             let preloaded = match (&lexical, prefetch_side) {
                 (Ok((candidates, _, common)), Some(side)) => {
                     let vector_model = (req.mode == SearchMode::Hybrid).then(|| side.embedder.id());
-                    let signature_model = crate::semantic::signature_model(side.embedder.id());
+                    let signature_model = crate::index::semantic::signature_model(side.embedder.id());
                     self.read_rows(
                         candidates.keys().copied(),
                         needs_content(common),
@@ -1013,7 +1019,10 @@ impl Searcher {
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
                         c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
-                    signatures_from = Some((crate::semantic::signature_model(side.embedder.id()), query.clone()));
+                    signatures_from = Some((
+                        crate::index::semantic::signature_model(side.embedder.id()),
+                        query.clone(),
+                    ));
                     if !self.fusion_weights_set {
                         fusion = fusion.lexical_times(side.embedder.lexical_weight());
                     }
@@ -1153,8 +1162,8 @@ impl Searcher {
         }
         let hit_terms: Vec<_> = hits
             .iter()
-            .take(crate::confidence::RESULTS_WEIGHED)
-            .map(|h| crate::confidence::hit_terms(h.symbol.as_deref(), &h.path, &h.content))
+            .take(crate::search::confidence::RESULTS_WEIGHED)
+            .map(|h| crate::search::confidence::hit_terms(h.symbol.as_deref(), &h.path, &h.content))
             .collect();
         let defines_name =
             !lexical::is_question(&req.query) && hits.iter().any(|h| candidates[&h.chunk_id].defines == Defines::Asked);
@@ -1540,11 +1549,11 @@ impl Searcher {
                 }
             };
             if let (None, Some(blob), Some((_, query))) = (candidate.similarity, &row.vector, fill_from) {
-                candidate.similarity = Some(crate::embed::cosine(query, &crate::vectors::decode(blob)));
+                candidate.similarity = Some(crate::embed::cosine(query, &crate::store::vectors::decode(blob)));
             }
             if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
                 // One vector per name of the chunk, end to end: the nearest counts.
-                candidate.signature_similarity = crate::vectors::decode(blob)
+                candidate.signature_similarity = crate::store::vectors::decode(blob)
                     .chunks_exact(query.len().max(1))
                     .map(|v| crate::embed::cosine(query, v))
                     .reduce(f32::max);

@@ -29,14 +29,14 @@ use notify::{EventKind, PollWatcher, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, NoCache};
 use serde_json::json;
 
-use crate::discover::{self, Start};
 use crate::embed::Embedder;
-use crate::freshness::WATCHER_PID;
-use crate::git;
+use crate::index::freshness::WATCHER_PID;
+use crate::index::semantic;
 use crate::index::{self, IndexOptions, IndexReport};
-use crate::semantic;
+use crate::source::discover::{self, Start};
+use crate::source::git;
+use crate::store::vectors::{self, VectorIndex};
 use crate::store::Store;
-use crate::vectors::{self, VectorIndex};
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
@@ -664,7 +664,7 @@ impl Watcher<'_> {
             &mut store,
             &self.branch,
             embedder,
-            &crate::progress::Reporter::default(),
+            &crate::index::progress::Reporter::default(),
             pause,
         )?;
         if finished {

@@ -1,5 +1,7 @@
 //! The `ken` command line.
 
+pub mod graph;
+
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,14 +10,14 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::bench;
-use crate::discover::DiscoverOptions;
+use crate::embed::model;
+use crate::index::progress::Reporter;
+use crate::index::semantic;
+use crate::index::status;
 use crate::index::{self, IndexOptions, IndexReport};
-use crate::kb::{self, BaseHit};
-use crate::model;
-use crate::progress::Reporter;
+use crate::search::kb::{self, BaseHit};
 use crate::search::{SearchHit, SearchMode, SearchRequest, Searcher};
-use crate::semantic;
-use crate::status;
+use crate::source::discover::DiscoverOptions;
 use crate::store::{self, INDEX_DIR_NAME};
 
 #[derive(Parser, Debug)]
@@ -110,11 +112,11 @@ enum Command {
         out: PathBuf,
     },
     /// Callers or callees of a symbol, from the code graph.
-    Callgraph(crate::graph::output::CallgraphArgs),
+    Callgraph(crate::cli::graph::CallgraphArgs),
     /// The shortest call path from one symbol to another.
-    Path(crate::graph::output::PathArgs),
+    Path(crate::cli::graph::PathArgs),
     /// Where a symbol is defined (with kind and path filters).
-    Def(crate::graph::output::DefArgs),
+    Def(crate::cli::graph::DefArgs),
     /// Where to start: the most important files and their definitions
     /// (PageRank over references), within a token budget.
     Map(MapArgs),
@@ -425,7 +427,7 @@ fn hyphen_words_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse_from(hyphen_words_last(std::env::args_os().collect()));
-    crate::logs::init(cli.verbose);
+    crate::serve::logs::init(cli.verbose);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -524,7 +526,7 @@ fn run(cli: Cli) -> Result<i32> {
                 eprintln!("ken: {notice}");
             }
             let freshness = if args.freshness {
-                Some(crate::freshness::Freshness::read(searcher.store(), &root, true)?)
+                Some(crate::index::freshness::Freshness::read(searcher.store(), &root, true)?)
             } else {
                 None
             };
@@ -553,7 +555,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Health { repair, full, json } => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            let report = crate::health::check(&root, &index_dir, repair, full)?;
+            let report = crate::index::health::check(&root, &index_dir, repair, full)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -589,12 +591,12 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Callgraph(args) => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            crate::graph::output::run_callgraph(&root, &index_dir, &args)
+            crate::cli::graph::run_callgraph(&root, &index_dir, &args)
         }
         Command::Path(args) => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            crate::graph::output::run_path(&root, &index_dir, &args)
+            crate::cli::graph::run_path(&root, &index_dir, &args)
         }
         Command::Impact(args) => {
             let root = resolve_root(cli.root.as_deref())?;
@@ -604,7 +606,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Def(args) => {
             let root = resolve_root(cli.root.as_deref())?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            crate::graph::output::run_def(&root, &index_dir, &args)
+            crate::cli::graph::run_def(&root, &index_dir, &args)
         }
         Command::Map(args) => {
             let root = resolve_root(cli.root.as_deref())?;
@@ -659,8 +661,8 @@ fn run(cli: Cli) -> Result<i32> {
                 args.allow_broad_root,
             )?;
             let index_dir = index_dir_of(cli.index_dir.as_deref(), &root);
-            let defaults = crate::watch::WatchOptions::default();
-            let opts = crate::watch::WatchOptions {
+            let defaults = crate::index::watch::WatchOptions::default();
+            let opts = crate::index::watch::WatchOptions {
                 debounce: Duration::from_millis(args.debounce_ms.max(1)),
                 embed: !args.no_embed,
                 poll: args.poll || defaults.poll,
@@ -670,8 +672,8 @@ fn run(cli: Cli) -> Result<i32> {
             if !args.json && cli.verbose == 0 {
                 eprintln!("ken: watching {} (Ctrl-C stops; -v shows each update)", root.display());
             }
-            let state = crate::watch::WatchState::default();
-            crate::watch::run(&root, &index_dir, &opts, stop_on_signal(), &state)?;
+            let state = crate::index::watch::WatchState::default();
+            crate::index::watch::run(&root, &index_dir, &opts, stop_on_signal(), &state)?;
             Ok(0)
         }
         Command::Embed { quiet } => {
@@ -733,7 +735,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Schemas { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            for (name, text) in crate::mcp::schema_files() {
+            for (name, text) in crate::serve::schema_files() {
                 std::fs::write(out.join(&name), text)?;
                 println!("{}", out.join(&name).display());
             }
@@ -774,10 +776,10 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Command::Chunks { file, json } => {
             let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let text = crate::discover::check_content(&bytes)
+            let text = crate::source::discover::check_content(&bytes)
                 .map_err(|reason| anyhow::anyhow!("{} is not indexed: {}", file.display(), reason.label()))?;
-            let lang = crate::lang::for_path(&file);
-            let chunks = crate::chunk::chunk_source(lang, text, &crate::chunk::ChunkLimits::default())?;
+            let lang = crate::source::lang::for_path(&file);
+            let chunks = crate::source::chunk::chunk_source(lang, text, &crate::source::chunk::ChunkLimits::default())?;
             if json {
                 let rows: Vec<serde_json::Value> = chunks
                     .iter()
@@ -788,7 +790,7 @@ fn run(cli: Cli) -> Result<i32> {
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                let name = lang.map_or(crate::lang::PLAIN_TEXT, |l| l.name);
+                let name = lang.map_or(crate::source::lang::PLAIN_TEXT, |l| l.name);
                 println!("{} ({name}): {} chunks", file.display(), chunks.len());
                 for c in &chunks {
                     let context = c
@@ -867,9 +869,9 @@ fn run(cli: Cli) -> Result<i32> {
                 },
         } => {
             let q = match quantization.as_str() {
-                "f32" => crate::vectors::Quantization::F32,
-                "f16" => crate::vectors::Quantization::F16,
-                "i8" => crate::vectors::Quantization::I8,
+                "f32" => crate::store::vectors::Quantization::F32,
+                "f16" => crate::store::vectors::Quantization::F16,
+                "i8" => crate::store::vectors::Quantization::I8,
                 other => anyhow::bail!("--quantization {other}: expected f32, f16 or i8"),
             };
             let r = bench::vectors(count, dimensions, q)?;
@@ -887,7 +889,7 @@ fn run(cli: Cli) -> Result<i32> {
                     embed,
                 },
         } => {
-            let r = crate::watch_bench::run(&crate::watch_bench::WatchBenchOptions {
+            let r = crate::bench::watch::run(&crate::bench::watch::WatchBenchOptions {
                 files,
                 edits,
                 differing,
@@ -950,7 +952,7 @@ fn writable_root(path: Option<&Path>, root: Option<&Path>, verb: &str, allow_bro
     let root = root
         .canonicalize()
         .with_context(|| format!("cannot {verb} {}: no such directory", root.display()))?;
-    crate::watch::check_root(&root, allow_broad)?;
+    crate::index::watch::check_root(&root, allow_broad)?;
     Ok(root)
 }
 
@@ -1019,7 +1021,7 @@ fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
     let indexed = cwd.ancestors().find(|d| store::has_index(&d.join(INDEX_DIR_NAME)));
     Ok(match indexed {
         Some(dir) => dir.to_path_buf(),
-        None => crate::git::work_tree_top(&cwd).unwrap_or(cwd),
+        None => crate::source::git::work_tree_top(&cwd).unwrap_or(cwd),
     })
 }
 
@@ -1027,7 +1029,7 @@ fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
 /// watchers started later respect `ken index --no-embed`.
 fn remember_embedding_choice(index_dir: &Path, embed: bool) -> Result<()> {
     let store = store::Store::open_for_write(index_dir)?;
-    store.set_meta(crate::watch::EMBEDDINGS_OFF, if embed { "0" } else { "1" })
+    store.set_meta(crate::index::watch::EMBEDDINGS_OFF, if embed { "0" } else { "1" })
 }
 
 /// `ken serve`: the settings file and the flags, read once, then the server.
@@ -1039,10 +1041,10 @@ fn serve(root: Option<&Path>, index_dir: Option<&Path>, args: ServeArgs) -> Resu
         args.tools
     };
     if args.list_tools {
-        let router = crate::mcp::selected_tools(&tools)?;
+        let router = crate::serve::selected_tools(&tools)?;
         let mut total = 0;
         for tool in router.list_all() {
-            let size = crate::mcp::surface::model_facing_size(&tool);
+            let size = crate::serve::surface::model_facing_size(&tool);
             total += size;
             println!("{:<24} {size:>6}", tool.name);
         }
@@ -1053,12 +1055,12 @@ fn serve(root: Option<&Path>, index_dir: Option<&Path>, args: ServeArgs) -> Resu
     let index_dir = index_dir_of(index_dir, &root);
     let mut allowed_kb_folders = args.allow_kb;
     allowed_kb_folders.extend(settings.knowledge_bases.allow);
-    let opts = crate::mcp::ServeOptions {
+    let opts = crate::serve::ServeOptions {
         tools,
         allowed_kb_folders,
-        watch: (!args.no_watch).then(crate::watch::WatchOptions::for_server),
+        watch: (!args.no_watch).then(crate::index::watch::WatchOptions::for_server),
     };
-    crate::mcp::serve(root, index_dir, opts)?;
+    crate::serve::serve(root, index_dir, opts)?;
     Ok(0)
 }
 

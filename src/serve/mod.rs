@@ -5,6 +5,9 @@
 //! read-only SQLite connection and lazily loaded query embedder) are pooled.
 //! stdout carries only JSON-RPC; logs go to stderr.
 
+pub mod logs;
+pub mod metrics;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,14 +28,14 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::health::HealthReport;
+use crate::index::health::HealthReport;
+use crate::index::progress::Reporter;
+use crate::index::semantic::EmbedReport;
+use crate::index::status::Status;
 use crate::index::{IndexOptions, IndexReport};
-use crate::kb::{self, BaseHit, KnowledgeBase, PROJECT};
-use crate::metrics::{Metrics, MetricsReport};
-use crate::progress::Reporter;
+use crate::search::kb::{self, BaseHit, KnowledgeBase, PROJECT};
 use crate::search::{SearchMode, SearchRequest, Searcher};
-use crate::semantic::EmbedReport;
-use crate::status::Status;
+use crate::serve::metrics::{Metrics, MetricsReport};
 
 mod stdio;
 pub mod surface;
@@ -329,7 +332,7 @@ pub struct SearchOutput {
     /// How likely the results are to answer the query; when low, `note`
     /// says so and why (stop searching, or ask otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<crate::confidence::Confidence>,
+    pub confidence: Option<crate::search::confidence::Confidence>,
     pub results: Vec<Hit>,
     /// Set when the search could not do everything asked (e.g. lexical only,
     /// an index run in progress).
@@ -337,7 +340,7 @@ pub struct SearchOutput {
     pub notice: Option<String>,
     /// What the index reflects: branch, commit, when indexed, pending changes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<crate::freshness::Freshness>,
+    pub index: Option<crate::index::freshness::Freshness>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -394,7 +397,7 @@ pub struct BaseStatus {
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct LogsOutput {
     /// Oldest first.
-    pub records: Vec<crate::logs::LogRecord>,
+    pub records: Vec<crate::serve::logs::LogRecord>,
     /// Where the full log is written.
     pub log_file: String,
 }
@@ -422,9 +425,9 @@ struct BasesFound {
     hits: Vec<BaseHit>,
     bases: Vec<KnowledgeBase>,
     notices: Vec<String>,
-    confidence: crate::confidence::Confidence,
+    confidence: crate::search::confidence::Confidence,
     /// What the project's index reflects.
-    index: crate::freshness::Freshness,
+    index: crate::index::freshness::Freshness,
 }
 
 /// Idle searchers per base (`project` or a knowledge base's name).
@@ -545,7 +548,7 @@ pub struct KenServer {
     metrics: Arc<Metrics>,
     jobs: Arc<Jobs>,
     /// The watcher of this server, if it runs one.
-    watch: Option<Arc<crate::watch::WatchState>>,
+    watch: Option<Arc<crate::index::watch::WatchState>>,
     /// The tools this server exposes (`--tools`), with lean schemas.
     tools: Arc<ToolRouter<KenServer>>,
     /// Folders the user allowed clients to add as knowledge bases, canonical.
@@ -566,7 +569,7 @@ pub struct ServeOptions {
     /// bases besides the roots they declare.
     pub allowed_kb_folders: Vec<PathBuf>,
     /// Keep the index fresh with a watcher meanwhile.
-    pub watch: Option<crate::watch::WatchOptions>,
+    pub watch: Option<crate::index::watch::WatchOptions>,
 }
 
 /// Every tool ken has, with its schemas made standard and lean.
@@ -784,8 +787,8 @@ functions with their code.",
         let mut targets = Vec::new();
         // A watcher embeds the project itself, between its updates; an index
         // built with --no-embed stays so.
-        let project_off =
-            crate::store::Store::open_for_read(&self.index_dir).is_ok_and(|store| crate::watch::embeddings_off(&store));
+        let project_off = crate::store::Store::open_for_read(&self.index_dir)
+            .is_ok_and(|store| crate::index::watch::embeddings_off(&store));
         if self.watch.is_none() && !project_off {
             targets.push((PROJECT.to_string(), self.root.clone(), self.index_dir.clone()));
         }
@@ -801,11 +804,11 @@ functions with their code.",
                 if reporter.is_cancelled() {
                     break;
                 }
-                let Some(_embedder) = crate::semantic::EmbedderLock::try_take(&dir) else {
+                let Some(_embedder) = crate::index::semantic::EmbedderLock::try_take(&dir) else {
                     tracing::info!("embedding {name}: another process is embedding it");
                     continue;
                 };
-                match crate::semantic::embed_root(&root, &dir, &reporter) {
+                match crate::index::semantic::embed_root(&root, &dir, &reporter) {
                     Ok(r) => {
                         metrics.embedded(r.embedded, r.reused, r.from_shared_cache);
                         tracing::info!(
@@ -868,7 +871,7 @@ fn call_reporter(ctx: &RequestContext<RoleServer>) -> (Reporter, tokio::task::Jo
         cancel.store(true, Ordering::Relaxed);
     });
     if let Some(token) = ctx.meta.get_progress_token() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::progress::Update>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::index::progress::Update>();
         reporter = reporter.with_sink(move |u| {
             let _ = tx.send(u.clone());
         });
@@ -876,7 +879,7 @@ fn call_reporter(ctx: &RequestContext<RoleServer>) -> (Reporter, tokio::task::Jo
         tokio::spawn(async move {
             // Phases follow one another (indexing, then embedding, then the next
             // base); progress keeps increasing across them.
-            let (mut base, mut last) = (0u64, None::<crate::progress::Update>);
+            let (mut base, mut last) = (0u64, None::<crate::index::progress::Update>);
             let mut sent = None::<u64>;
             while let Some(u) = rx.recv().await {
                 if let Some(prev) = &last {
@@ -1080,7 +1083,7 @@ file out of step, files changed since indexing, missing vectors) with severities
             if repair {
                 jobs.stop_embedding();
             }
-            crate::health::check(&root, &dir, repair, full)
+            crate::index::health::check(&root, &dir, repair, full)
         })
         .await
         .and_then(data_result);
@@ -1118,7 +1121,7 @@ filter by level and category. Use it to find out why results are missing or an i
         };
         let limit = args.limit.unwrap_or(50).clamp(1, 2000);
         let result = json_result(&LogsOutput {
-            records: crate::logs::recent(limit, level, args.category.as_deref()),
+            records: crate::serve::logs::recent(limit, level, args.category.as_deref()),
             log_file: log_path(&self.index_dir).display().to_string(),
         });
         self.finish("index_logs", started, result)
@@ -1495,8 +1498,8 @@ impl KenServer {
     }
 
     /// What the project's index reflects, with the watcher's pending changes.
-    fn freshness(&self, project: &Searcher) -> anyhow::Result<crate::freshness::Freshness> {
-        let mut index = crate::freshness::Freshness::read(project.store(), &self.root, false)?;
+    fn freshness(&self, project: &Searcher) -> anyhow::Result<crate::index::freshness::Freshness> {
+        let mut index = crate::index::freshness::Freshness::read(project.store(), &self.root, false)?;
         index.pending_changes = self.watch.as_ref().map(|w| w.pending.load(Ordering::SeqCst));
         Ok(index)
     }
@@ -1539,7 +1542,7 @@ impl KenServer {
 
     fn status(&self) -> anyhow::Result<ServerStatus> {
         Ok(ServerStatus {
-            status: crate::status::status(&self.root, &self.index_dir)?,
+            status: crate::index::status::status(&self.root, &self.index_dir)?,
             index_run_in_progress: self.jobs.index_running(),
             embedding_in_background: self.jobs.embedding_running(),
             knowledge_bases: self.base_statuses(),
@@ -1550,7 +1553,7 @@ impl KenServer {
         self.knowledge_bases()
             .into_iter()
             .map(|base| {
-                let status = crate::status::status(base.root(), &base.index_dir(&self.index_dir));
+                let status = crate::index::status::status(base.root(), &base.index_dir(&self.index_dir));
                 match status {
                     Ok(s) => BaseStatus {
                         base,
@@ -1575,7 +1578,8 @@ impl KenServer {
         if args.estimate_only.unwrap_or(false) {
             let root = self.root.clone();
             return blocking(move || {
-                let found = crate::discover::discover(&root, &crate::discover::DiscoverOptions::default());
+                let found =
+                    crate::source::discover::discover(&root, &crate::source::discover::DiscoverOptions::default());
                 Ok(IndexOutcome {
                     estimate_only: true,
                     report: IndexReport {
@@ -1627,7 +1631,7 @@ impl KenServer {
     /// Indexes the project then each knowledge base (a base's failure is
     /// reported, not fatal), then embeds if asked to wait for it.
     fn index_all(&self, force: bool, wait: bool, reporter: &Reporter) -> anyhow::Result<IndexOutcome> {
-        crate::watch::check_root(&self.root, false)?;
+        crate::index::watch::check_root(&self.root, false)?;
         if force {
             // Under the writer lock, and the WAL with the database: never a half-deleted index.
             let store = crate::store::Store::open_for_write(&self.index_dir)?;
@@ -1654,7 +1658,7 @@ impl KenServer {
         }
         self.pool.clear();
         let (embedding, embedding_status) = if wait {
-            match crate::semantic::embed_root(&self.root, &self.index_dir, reporter) {
+            match crate::index::semantic::embed_root(&self.root, &self.index_dir, reporter) {
                 Ok(e) => {
                     self.metrics.embedded(e.embedded, e.reused, e.from_shared_cache);
                     self.pool.clear();
@@ -1889,7 +1893,7 @@ impl ServerHandler for KenServer {
 pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::Result<()> {
     let tools = selected_tools(&opts.tools)?;
     let log = log_path(&index_dir);
-    if let Err(e) = crate::logs::write_to_file(&log) {
+    if let Err(e) = crate::serve::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());
     }
     tracing::info!(
@@ -1900,7 +1904,7 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
     );
     // The watcher logs to stderr and the log file only; it stops when dropped.
     let watcher = opts.watch.and_then(|watch| {
-        crate::watch::spawn(root.clone(), index_dir.clone(), watch)
+        crate::index::watch::spawn(root.clone(), index_dir.clone(), watch)
             .map_err(|e| tracing::warn!("not watching {}: {e:#}", root.display()))
             .ok()
     });
