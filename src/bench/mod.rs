@@ -425,7 +425,7 @@ pub fn embed(
             let context: Option<String> = r.get(0)?;
             let text: String = r.get(1)?;
             let symbol: Option<String> = r.get(2)?;
-            Ok(crate::index::semantic::embedding_text(
+            Ok(crate::embed::text::embedding_text(
                 context.as_deref(),
                 symbol.as_deref(),
                 &text,

@@ -7,9 +7,11 @@
 
 pub mod adapter;
 pub mod bert;
+pub mod cache;
 pub mod http;
 pub mod model;
 pub mod provider;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -22,6 +24,7 @@ use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, Tr
 
 use crate::embed::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
 use crate::embed::model::{ModelSettings, ModelSpec, Pooling};
+use crate::embed::provider::{HttpEmbedder, ProviderConfig};
 
 /// Whether a text is a document (a chunk) or a search query; some models
 /// embed the two differently.
@@ -149,7 +152,7 @@ impl LocalBert {
                 "{}{}/{max_tokens}/text{}",
                 spec.name,
                 settings.tag(),
-                crate::index::semantic::CHUNK_TEXT_VERSION
+                crate::embed::text::CHUNK_TEXT_VERSION
             ),
             dir: dir.to_path_buf(),
             batch_pass: OnceLock::new(),
@@ -321,3 +324,45 @@ impl LocalBert {
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
+
+/// The embedder chosen by the environment: an HTTP provider when
+/// `KEN_EMBED_PROVIDER` names one, else the built-in model (fetched if
+/// needed). Returns it with the provider settings to store in the index.
+pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
+    match ProviderConfig::from_env()? {
+        Some(config) => {
+            let stored = serde_json::to_string(&config)?;
+            Ok((Box::new(HttpEmbedder::new(config)?), stored))
+        }
+        None => {
+            let spec = crate::embed::model::chosen()?;
+            crate::embed::model::fetch(spec)?;
+            let embedder = LocalBert::builtin(spec, crate::embed::max_tokens_from_env())?;
+            Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
+        }
+    }
+}
+
+/// The embedder that made an index's vectors (`model` is its id,
+/// `provider` the stored settings), to embed queries the same way.
+pub fn embedder_for_index(model: &str, provider: Option<&str>) -> Result<Box<dyn Embedder>> {
+    match provider {
+        Some(json) if json != LOCAL_PROVIDER => {
+            let config: ProviderConfig =
+                serde_json::from_str(json).context("the index's embedding provider settings")?;
+            Ok(Box::new(HttpEmbedder::new(config)?))
+        }
+        _ => {
+            let embedder = LocalBert::for_id(model)?;
+            if embedder.id() != model {
+                anyhow::bail!(
+                    "the index's vectors were made by {model}, not {}; run `ken index` to re-embed",
+                    embedder.id()
+                );
+            }
+            Ok(Box::new(embedder))
+        }
+    }
+}
+
+const LOCAL_PROVIDER: &str = "local";

@@ -260,7 +260,7 @@ impl HttpEmbedder {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Ollama => "ollama",
         };
-        let text = crate::index::semantic::CHUNK_TEXT_VERSION;
+        let text = crate::embed::text::CHUNK_TEXT_VERSION;
         let id = match config.dimensions {
             Some(d) => format!("{kind}:{}@{d}/text{text}", config.model),
             None => format!("{kind}:{}/text{text}", config.model),

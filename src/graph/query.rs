@@ -538,7 +538,7 @@ impl<'c> Graph<'c> {
 
     /// Definitions by name, with optional kind and path glob filters.
     pub fn definitions(&mut self, name: &str, kind: Option<&str>, path_glob: Option<&str>) -> Result<Vec<Symbol>> {
-        let glob = path_glob.map(crate::search::compile_path_glob).transpose()?;
+        let glob = path_glob.map(crate::source::paths::compile_path_glob).transpose()?;
         Ok(self
             .lookup(name)?
             .into_iter()

@@ -71,7 +71,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let (embedded_contents, signature_vectors) = match &embedding_model {
         Some(model) => (
             vectors_of(model)?,
-            vectors_of(&crate::index::semantic::signature_model(model))?,
+            vectors_of(&crate::embed::text::signature_model(model))?,
         ),
         None => (0, 0),
     };

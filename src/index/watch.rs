@@ -641,7 +641,7 @@ impl Watcher<'_> {
     /// Embeds until done or `pause`; the vectors are published at the end.
     fn embed_slice(&mut self, pause: &dyn Fn() -> bool) -> Result<()> {
         if self.embedder.is_none() {
-            match semantic::configured_embedder() {
+            match crate::embed::configured_embedder() {
                 Ok((embedder, provider)) => {
                     let store = Store::open_for_write(self.index_dir)?;
                     store.set_meta("embedding_provider", &provider)?;

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use globset::{GlobBuilder, GlobMatcher};
+use globset::GlobMatcher;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, OptionalExtension};
@@ -298,7 +298,7 @@ impl SemanticSide {
         if let Some((_, vector)) = recent().iter().find(|(q, _)| q == query) {
             return Ok(vector.clone());
         }
-        let text = crate::index::semantic::query_text(query);
+        let text = crate::embed::text::query_text(query);
         // Bounded: a remote provider answers within its query budget or the
         // search goes on lexically, saying why.
         let vector = self.embedder.embed_now(text.as_ref(), InputKind::Query)?;
@@ -905,8 +905,8 @@ impl Searcher {
                     None => crate::index::semantic::why_no_vectors(&self.store),
                 })?;
             let provider = self.store.meta("embedding_provider").map_err(|e| e.to_string())?;
-            let embedder = crate::index::semantic::embedder_for_index(&model, provider.as_deref())
-                .map_err(|e| format!("{e:#}"))?;
+            let embedder =
+                crate::embed::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
             let dimensions: usize = self
                 .store
                 .meta("embedding_dimensions")
@@ -937,7 +937,11 @@ impl Searcher {
 
     /// The results with how likely they are to answer the query.
     pub fn search_rated(&self, req: &SearchRequest) -> Result<(Vec<SearchHit>, Confidence)> {
-        let path_filter = req.path_glob.as_deref().map(compile_path_glob).transpose()?;
+        let path_filter = req
+            .path_glob
+            .as_deref()
+            .map(crate::source::paths::compile_path_glob)
+            .transpose()?;
         let q = QueryTerms::parse(&req.query);
         if req.limit == 0 || (q.is_empty() && req.mode == SearchMode::Lexical) || req.query.trim().is_empty() {
             return Ok((Vec::new(), Confidence::none()));
@@ -977,7 +981,7 @@ impl Searcher {
             let preloaded = match (&lexical, prefetch_side) {
                 (Ok((candidates, _, common)), Some(side)) => {
                     let vector_model = (req.mode == SearchMode::Hybrid).then(|| side.embedder.id());
-                    let signature_model = crate::index::semantic::signature_model(side.embedder.id());
+                    let signature_model = crate::embed::text::signature_model(side.embedder.id());
                     self.read_rows(
                         candidates.keys().copied(),
                         needs_content(common),
@@ -1019,10 +1023,7 @@ impl Searcher {
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
                         c.deep = rank >= fetch && c.bm25 == 0.0;
                     }
-                    signatures_from = Some((
-                        crate::index::semantic::signature_model(side.embedder.id()),
-                        query.clone(),
-                    ));
+                    signatures_from = Some((crate::embed::text::signature_model(side.embedder.id()), query.clone()));
                     if !self.fusion_weights_set {
                         fusion = fusion.lexical_times(side.embedder.lexical_weight());
                     }
@@ -1830,27 +1831,6 @@ fn narrow_to_member(hit: &mut SearchHit, (name, start, end): &Member) {
     hit.end_line = *end;
 }
 
-/// Compiles a `--path` filter. A pattern without glob characters is a path
-/// prefix: a directory or a file.
-pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
-    let pattern = pattern.trim().trim_start_matches("./");
-    let has_meta = pattern.contains(['*', '?', '[', '{']);
-    let pattern = if has_meta {
-        pattern.to_string()
-    } else {
-        format!(
-            "{{{},{}/**}}",
-            pattern.trim_end_matches('/'),
-            pattern.trim_end_matches('/')
-        )
-    };
-    Ok(GlobBuilder::new(&pattern)
-        .literal_separator(false)
-        .build()
-        .with_context(|| format!("invalid --path pattern `{pattern}`"))?
-        .compile_matcher())
-}
-
 /// Test code: a test file, or a test module inside a source file (Rust's
 /// `#[cfg(test)] mod tests`, whose chunks share the file of the code they test).
 fn is_test_code(hit: &SearchHit) -> bool {
@@ -2451,18 +2431,6 @@ mod tests {
         ] {
             assert!(!is_docs_path(source), "{source}");
         }
-    }
-
-    #[test]
-    fn path_globs_and_prefixes() {
-        let m = compile_path_glob("src/auth").unwrap();
-        assert!(m.is_match("src/auth/jwt.rs"));
-        assert!(m.is_match("src/auth"));
-        assert!(!m.is_match("src/authz/x.rs"));
-        let m = compile_path_glob("*.py").unwrap();
-        assert!(m.is_match("a/b/c.py"));
-        assert!(!m.is_match("a/b/c.rs"));
-        assert!(compile_path_glob("src/[").is_err());
     }
 
     #[test]

@@ -10,3 +10,4 @@ pub mod extract;
 pub mod git;
 pub mod lang;
 pub mod lexical;
+pub mod paths;

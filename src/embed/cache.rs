@@ -1,0 +1,51 @@
+//! The per-user vector cache shared by every index of the user.
+
+use rusqlite::params;
+
+use crate::embed::text::cache_model;
+use crate::store::vectors;
+
+/// A per-user SQLite cache of vectors keyed by embedder id and the hash of
+/// the exact text embedded, shared by every index of the user (clones,
+/// worktrees, vendored copies). Best effort: if it cannot be opened or
+/// written, embedding goes on without it. `KEN_SHARED_CACHE=0` disables it.
+pub struct SharedCache {
+    conn: rusqlite::Connection,
+}
+
+impl SharedCache {
+    pub fn open() -> Option<SharedCache> {
+        if std::env::var("KEN_SHARED_CACHE").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let path = crate::embed::model::cache_root().join("vectors.db");
+        std::fs::create_dir_all(path.parent()?).ok()?;
+        let conn = rusqlite::Connection::open(&path).ok()?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, text_hash INTEGER NOT NULL,
+                 vector BLOB NOT NULL, PRIMARY KEY (model, text_hash)) WITHOUT ROWID;",
+        )
+        .ok()?;
+        Some(SharedCache { conn })
+    }
+
+    pub fn get(&self, model: &str, text_hash: i64) -> Option<Vec<f32>> {
+        self.conn
+            .prepare_cached("SELECT vector FROM vectors WHERE model = ?1 AND text_hash = ?2")
+            .ok()?
+            .query_row(params![cache_model(model), text_hash], |r| r.get::<_, Vec<u8>>(0))
+            .ok()
+            .map(|b| vectors::decode(&b))
+    }
+
+    pub fn put(&self, model: &str, text_hash: i64, vector: &[f32]) {
+        if let Ok(mut stmt) = self
+            .conn
+            .prepare_cached("INSERT OR IGNORE INTO vectors (model, text_hash, vector) VALUES (?1, ?2, ?3)")
+        {
+            let _ = stmt.execute(params![cache_model(model), text_hash, vectors::encode(vector)]);
+        }
+    }
+}
