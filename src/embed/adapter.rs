@@ -269,11 +269,10 @@ pub enum Method {
 
 impl Method {
     pub fn from_env() -> Result<Method> {
-        match crate::setting("KEN_QUERY_ADAPTER_FIT").as_deref().map(str::trim) {
-            None | Some("chosen") => Ok(Method::Chosen),
-            Some("ridge") => Ok(Method::Ridge),
-            Some(other) => anyhow::bail!("KEN_QUERY_ADAPTER_FIT must be `ridge` or `chosen`, not `{other}`"),
-        }
+        Ok(match crate::config::settings().query_adapter_fit {
+            crate::config::AdapterFit::Chosen => Method::Chosen,
+            crate::config::AdapterFit::Ridge => Method::Ridge,
+        })
     }
 
     fn name(self) -> &'static str {
@@ -753,7 +752,7 @@ pub fn save(
 /// The adapter of `model`, if the index has one. `KEN_QUERY_ADAPTER=0`
 /// ignores it (to compare).
 pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
-    if std::env::var("KEN_QUERY_ADAPTER").is_ok_and(|v| v == "0") {
+    if !crate::config::settings().query_adapter {
         return None;
     }
     let blob: Vec<u8> = conn

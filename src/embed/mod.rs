@@ -66,18 +66,7 @@ pub trait Embedder: Send + Sync {
     }
 }
 
-/// Tokens of a chunk that reach the model: longer text is truncated.
-/// Throughput halves when this doubles; see BENCHMARKS.md for the choice.
-pub const DEFAULT_MAX_TOKENS: usize = 256;
-
-/// The token budget for new vectors: `KEN_EMBED_MAX_TOKENS`, else the default.
-pub fn max_tokens_from_env() -> usize {
-    std::env::var("KEN_EMBED_MAX_TOKENS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n: &usize| (16..=512).contains(&n))
-        .unwrap_or(DEFAULT_MAX_TOKENS)
-}
+pub use crate::config::DEFAULT_MAX_TOKENS;
 
 /// A BERT or MPNet sentence embedder (mean or CLS pooling) run on the CPU.
 pub struct LocalBert {
@@ -337,7 +326,7 @@ pub fn configured_embedder() -> Result<(Box<dyn Embedder>, String)> {
         None => {
             let spec = crate::embed::model::chosen()?;
             crate::embed::model::fetch(spec)?;
-            let embedder = LocalBert::builtin(spec, crate::embed::max_tokens_from_env())?;
+            let embedder = LocalBert::builtin(spec, crate::config::settings().embed_max_tokens)?;
             Ok((Box::new(embedder), LOCAL_PROVIDER.to_string()))
         }
     }

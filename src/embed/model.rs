@@ -68,12 +68,23 @@ pub const SETTINGS_VARS: [&str; 3] = [
     "KEN_MODEL_DOCUMENT_PROMPT",
 ];
 
+/// The value of one of [`SETTINGS_VARS`] in this process's settings.
+fn own_model_setting(name: &str) -> Option<String> {
+    let model = &crate::config::settings().model;
+    match name {
+        "KEN_MODEL_POOLING" => model.pooling.clone(),
+        "KEN_MODEL_QUERY_PROMPT" => model.query_prompt.clone(),
+        "KEN_MODEL_DOCUMENT_PROMPT" => model.document_prompt.clone(),
+        _ => None,
+    }
+}
+
 impl ModelSettings {
     /// The settings of `spec` in `dir`: the defaults for a built-in model;
     /// for a model of one's own, what its folder says, then the
     /// [`SETTINGS_VARS`] (a blank one is unset).
     pub fn of(spec: &ModelSpec, dir: &Path) -> Result<ModelSettings> {
-        let var = crate::setting;
+        let var = own_model_setting;
         if !spec.is_own() {
             if let Some(name) = SETTINGS_VARS.into_iter().find(|name| var(name).is_some()) {
                 bail!(
@@ -288,8 +299,8 @@ pub fn builtin(name: &str) -> Result<&'static ModelSpec> {
 
 /// The model `KEN_MODEL` names (see [`named`]), else the default.
 pub fn chosen() -> Result<&'static ModelSpec> {
-    match crate::setting("KEN_MODEL") {
-        Some(name) => named(name.trim()),
+    match &crate::config::settings().model.name {
+        Some(name) => named(name),
         None => Ok(BUILTIN[0]),
     }
 }
@@ -301,7 +312,7 @@ pub fn chosen() -> Result<&'static ModelSpec> {
 /// against, and never downloads it).
 pub fn named(name: &str) -> Result<&'static ModelSpec> {
     // `/` and `+` separate an embedder id's parts (`name+cls/256/text3`).
-    let own = folder_from_env("KEN_MODEL_DIR").is_some()
+    let own = crate::config::settings().model.dir.is_some()
         && !name.is_empty()
         && !name.contains(['/', '+'])
         && builtin(name).is_err();
@@ -330,23 +341,19 @@ pub fn named(name: &str) -> Result<&'static ModelSpec> {
 /// Marker written once a folder's files passed the sha256 check.
 const VERIFIED_MARKER: &str = ".ken-verified";
 
-/// A folder named by an environment variable; set but empty is unset, not
-/// the working directory (a fetch would write the model there).
-fn folder_from_env(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
-}
-
 /// ken's per-user cache folder: `KEN_CACHE_DIR`, else `~/.cache/ken`.
 pub fn cache_root() -> PathBuf {
-    folder_from_env("KEN_CACHE_DIR")
+    crate::config::settings()
+        .cache_dir
+        .clone()
         .or_else(|| dirs::cache_dir().map(|d| d.join("ken")))
         .unwrap_or_else(|| std::env::temp_dir().join("ken-cache"))
 }
 
 /// The folder holding the model: `KEN_MODEL_DIR`, else the user cache.
 pub fn model_dir(spec: &ModelSpec) -> PathBuf {
-    if let Some(dir) = folder_from_env("KEN_MODEL_DIR") {
-        return dir;
+    if let Some(dir) = &crate::config::settings().model.dir {
+        return dir.clone();
     }
     cache_root().join("models").join(spec.name)
 }

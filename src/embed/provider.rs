@@ -29,6 +29,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::config::ProviderSettings;
 use crate::embed::{Embedder, InputKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,48 +66,49 @@ pub struct ProviderConfig {
     pub max_chars: usize,
 }
 
-/// A number setting of the environment, `default` when unset.
-fn number_setting(name: &str, default: u64) -> Result<u64> {
-    match crate::setting(name) {
-        Some(v) => v.trim().parse().with_context(|| format!("{name}={v} is not a number")),
-        None => Ok(default),
-    }
-}
-
 impl ProviderConfig {
     /// The provider configured by `KEN_EMBED_*` environment variables, if
     /// `KEN_EMBED_PROVIDER` is `openai` or `ollama`.
     pub fn from_env() -> Result<Option<ProviderConfig>> {
-        let var = crate::setting;
-        let kind = match var("KEN_EMBED_PROVIDER").as_deref() {
-            None | Some("local") | Some("builtin") => return Ok(None),
+        ProviderConfig::from_settings(&crate::config::settings().provider)
+    }
+
+    /// The provider `settings` describe, with the defaults of its kind.
+    pub fn from_settings(settings: &ProviderSettings) -> Result<Option<ProviderConfig>> {
+        let kind = match settings.kind.as_deref() {
+            None => return Ok(None),
             Some("openai") => ProviderKind::OpenAi,
             Some("ollama") => ProviderKind::Ollama,
             Some(other) => bail!("KEN_EMBED_PROVIDER={other}: expected local, openai or ollama"),
         };
-        let number = number_setting;
-        let base_url = var("KEN_EMBED_URL").unwrap_or_else(|| match kind {
+        let base_url = settings.url.clone().unwrap_or_else(|| match kind {
             ProviderKind::OpenAi => "https://api.openai.com/v1".to_string(),
             ProviderKind::Ollama => "http://127.0.0.1:11434".to_string(),
         });
-        let model = var("KEN_EMBED_MODEL").context("KEN_EMBED_MODEL must name the provider's embedding model")?;
-        let api_key_env = var("KEN_EMBED_API_KEY_ENV").or_else(|| match kind {
+        let model = settings
+            .model
+            .clone()
+            .context("KEN_EMBED_MODEL must name the provider's embedding model")?;
+        let api_key_env = settings.api_key_env.clone().or_else(|| match kind {
             ProviderKind::OpenAi => Some("OPENAI_API_KEY".to_string()),
             ProviderKind::Ollama => None,
         });
-        let timeout_secs = number("KEN_EMBED_TIMEOUT", 30)?.max(1);
+        let timeout_secs = settings.timeout_secs.unwrap_or(30).max(1);
         Ok(Some(ProviderConfig {
             kind,
             base_url,
             model,
-            dimensions: var("KEN_EMBED_DIMENSIONS").map(|v| v.parse()).transpose()?,
+            dimensions: settings.dimensions,
             api_key_env,
-            batch_size: number("KEN_EMBED_BATCH", 32)?.max(1) as usize,
-            concurrency: number("KEN_EMBED_CONCURRENCY", 2)?.max(1) as usize,
+            batch_size: settings.batch.unwrap_or(32).max(1) as usize,
+            concurrency: settings.concurrency.unwrap_or(2).max(1) as usize,
             timeout_secs,
-            retries: number("KEN_EMBED_RETRIES", 3)? as u32,
-            total_timeout_secs: number("KEN_EMBED_TOTAL_TIMEOUT", 4 * timeout_secs)?.max(timeout_secs),
-            max_chars: number("KEN_EMBED_MAX_CHARS", 8000)?.max(16) as usize,
+            retries: settings.retries.unwrap_or(3) as u32,
+            total_timeout_secs: settings
+                .total_timeout_secs
+                .unwrap_or(4 * timeout_secs)
+                .max(timeout_secs),
+            max_chars: settings.max_chars.unwrap_or(8000).max(16) as usize,
         }))
     }
 
@@ -135,9 +137,10 @@ pub struct QuerySettings {
 
 impl QuerySettings {
     pub fn from_env() -> Result<QuerySettings> {
+        let settings = &crate::config::settings().provider;
         Ok(QuerySettings {
-            timeout: Duration::from_millis(number_setting("KEN_QUERY_EMBED_TIMEOUT_MS", 2000)?.max(1)),
-            backoff: Duration::from_secs(number_setting("KEN_QUERY_EMBED_BACKOFF_SECS", 10)?),
+            timeout: Duration::from_millis(settings.query_timeout_ms.unwrap_or(2000).max(1)),
+            backoff: Duration::from_secs(settings.query_backoff_secs.unwrap_or(10)),
         })
     }
 }

@@ -71,7 +71,7 @@ impl Default for WatchOptions {
             embed: true,
             max_scoped_paths: 256,
             gc_every: Duration::from_secs(600),
-            poll: std::env::var("KEN_WATCH_POLL").is_ok_and(|v| v == "1"),
+            poll: crate::config::settings().watch_poll,
             poll_interval: Duration::from_secs(2),
             json_events: false,
             embed_after: Duration::ZERO,

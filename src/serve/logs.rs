@@ -57,7 +57,9 @@ pub fn init(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let stderr_filter = EnvFilter::try_from_env("KEN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let stderr_filter = (crate::config::settings().log.as_deref())
+        .and_then(|filter| EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

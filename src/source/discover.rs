@@ -349,7 +349,7 @@ fn visit(root: &Path, entry: &ignore::DirEntry, opts: &DiscoverOptions, out: &mu
         return skip(out, SkipReason::Generated);
     }
     let lower = name.to_ascii_lowercase();
-    if is_secret_name(&lower) && !crate::config::include_secrets() {
+    if is_secret_name(&lower) && !crate::config::settings().index_secrets {
         return skip(out, SkipReason::Secret);
     }
     if NON_SOURCE_SUFFIXES.iter().any(|s| lower.ends_with(s)) || LICENSE_PREFIXES.iter().any(|p| lower.starts_with(p)) {
@@ -400,7 +400,7 @@ pub fn check_content(bytes: &[u8]) -> Result<&str, SkipReason> {
     if is_generated(text) {
         return Err(SkipReason::Generated);
     }
-    if holds_secret(text) && !crate::config::include_secrets() {
+    if holds_secret(text) && !crate::config::settings().index_secrets {
         return Err(SkipReason::Secret);
     }
     Ok(text)

@@ -98,7 +98,7 @@ impl Language {
         } else {
             self.chunks_query_source
         };
-        match std::env::var_os("KEN_GRAMMARS_DIR") {
+        match &crate::config::settings().grammars_dir {
             Some(dir) => {
                 let path = Path::new(&dir).join(self.name).join(file);
                 std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))

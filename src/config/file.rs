@@ -44,8 +44,8 @@ pub struct KnowledgeBasesConfig {
 
 /// Where the settings file is looked for.
 pub fn path() -> Option<PathBuf> {
-    match crate::setting("KEN_CONFIG") {
-        Some(p) => Some(PathBuf::from(p)),
+    match &super::settings().config_file {
+        Some(p) => Some(p.clone()),
         None => dirs::config_dir().map(|d| d.join("ken").join("config.toml")),
     }
 }
@@ -73,11 +73,4 @@ pub fn expand_home(path: &Path) -> PathBuf {
         (Ok(rest), Some(home)) => home.join(rest),
         _ => path.to_path_buf(),
     }
-}
-
-/// Whether files that look like secrets are indexed anyway (`KEN_INDEX_SECRETS=1`):
-/// by default they are skipped, so never searched nor sent to a provider.
-pub fn include_secrets() -> bool {
-    static INCLUDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INCLUDE.get_or_init(|| crate::setting("KEN_INDEX_SECRETS").is_some_and(|v| v == "1"))
 }
