@@ -427,7 +427,17 @@ fn hyphen_words_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse_from(hyphen_words_last(std::env::args_os().collect()));
+    let typos = match crate::config::check() {
+        Ok(typos) => typos,
+        Err(e) => {
+            eprintln!("ken: error: {e:#}");
+            return 2;
+        }
+    };
     crate::serve::logs::init(cli.verbose);
+    for typo in typos {
+        tracing::warn!("{typo}");
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

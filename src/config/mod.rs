@@ -175,14 +175,22 @@ pub fn try_settings() -> Result<&'static Settings> {
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Reads and validates the settings; returns the names of `KEN_*` variables
-/// that are set but unknown (likely typos, for a warning).
+/// Reads and validates the settings. Returns a warning for each `KEN_*`
+/// variable that is not a setting but is spelled like one (a likely typo:
+/// `KEN_FUSION_WEIGHT`), naming the setting meant.
 pub fn check() -> Result<Vec<String>> {
     try_settings()?;
-    Ok(environment()
-        .into_keys()
-        .filter(|k| !KNOWN.contains(&k.as_str()))
-        .collect())
+    Ok(likely_typos(environment().keys()))
+}
+
+fn likely_typos<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    names
+        .filter(|name| !KNOWN.contains(&name.as_str()))
+        .filter_map(|name| {
+            let meant = KNOWN.iter().min_by_key(|known| strsim::levenshtein(name, known))?;
+            (strsim::levenshtein(name, meant) <= 2).then(|| format!("{name} is not a setting; did you mean {meant}?"))
+        })
+        .collect()
 }
 
 /// The `KEN_*` environment; a blank value is unset (`KEN_X=` in a shell or a
@@ -347,6 +355,15 @@ mod tests {
         assert!(!s.shared_cache);
         assert_eq!(s.embed_max_tokens, 128);
         assert_eq!(of(&[("KEN_EMBED_PROVIDER", "local")]).unwrap().provider.kind, None);
+    }
+
+    #[test]
+    fn a_misspelled_setting_is_named_with_the_one_meant() {
+        let names = ["KEN_FUSION_WEIGHT", "KEN_MODEL", "KEN_EVAL_WORK"].map(String::from);
+        assert_eq!(
+            likely_typos(names.iter()),
+            ["KEN_FUSION_WEIGHT is not a setting; did you mean KEN_FUSION_WEIGHTS?"]
+        );
     }
 
     #[test]
