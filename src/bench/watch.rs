@@ -163,9 +163,9 @@ pub fn run(opts: &WatchBenchOptions) -> Result<WatchBench> {
     result
 }
 
-fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
-    eprintln!("ken bench watch: generating {} files in {}", opts.files, root.display());
-    let path_of = |i: usize| PathBuf::from(format!("d{}/m{i}.py", i % 500));
+/// A generated repository in `root`: `opts.files` files on `main`, the
+/// first `opts.differing` of them changed on `other`.
+fn make_repository(root: &Path, opts: &WatchBenchOptions) -> Result<()> {
     for i in 0..opts.files {
         let p = root.join(path_of(i));
         std::fs::create_dir_all(p.parent().context("a parent")?)?;
@@ -180,18 +180,16 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
     }
     git(root, &["commit", "-qam", "other"])?;
     git(root, &["checkout", "-q", "main"])?;
+    Ok(())
+}
 
-    let index_dir = store::index_dir_for(root);
-    let started = Instant::now();
-    index::index(root, &index_dir, &IndexOptions::default())?;
-    let cold_index_seconds = started.elapsed().as_secs_f64();
-    // Age the files past the "modified within 2 s" window, so the baseline reads nothing.
-    std::thread::sleep(Duration::from_millis(2100));
-    index::index(root, &index_dir, &IndexOptions::default())?;
-    let started = Instant::now();
-    index::index(root, &index_dir, &IndexOptions::default())?;
-    let no_change_index_seconds = started.elapsed().as_secs_f64();
+/// The generated file number `i`.
+fn path_of(i: usize) -> PathBuf {
+    PathBuf::from(format!("d{}/m{i}.py", i % 500))
+}
 
+/// `ken watch` on `root`, its JSON events collected as they come.
+fn start_watcher(root: &Path, opts: &WatchBenchOptions) -> Result<WatchProcess> {
     eprintln!("ken bench watch: starting the watcher");
     let exe = std::env::current_exe().context("the ken executable")?;
     let mut cmd = Command::new(exe);
@@ -213,7 +211,24 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
             }
         }
     });
-    let watch = WatchProcess { child, events };
+    Ok(WatchProcess { child, events })
+}
+
+fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
+    eprintln!("ken bench watch: generating {} files in {}", opts.files, root.display());
+    make_repository(root, opts)?;
+    let index_dir = store::index_dir_for(root);
+    let started = Instant::now();
+    index::index(root, &index_dir, &IndexOptions::default())?;
+    let cold_index_seconds = started.elapsed().as_secs_f64();
+    // Age the files past the "modified within 2 s" window, so the baseline reads nothing.
+    std::thread::sleep(Duration::from_millis(2100));
+    index::index(root, &index_dir, &IndexOptions::default())?;
+    let started = Instant::now();
+    index::index(root, &index_dir, &IndexOptions::default())?;
+    let no_change_index_seconds = started.elapsed().as_secs_f64();
+
+    let watch = start_watcher(root, opts)?;
     watch.wait_for(Duration::from_secs(300), |e| e.iter().any(|v| v["event"] == "ready"))?;
     if opts.embed {
         watch.wait_for(Duration::from_secs(3600), |e| {

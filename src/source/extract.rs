@@ -92,6 +92,30 @@ pub fn symbols(lang: &Language, root: Node, source: &str, defs: &[DefSpan]) -> R
 }
 
 fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Result<FileGraph> {
+    let (mut graph, mut self_names) = definition_symbols(defs);
+    let found = references(query, root, source, &mut graph, &mut self_names);
+    for ((pos, _), (_, mut row, _)) in found {
+        row.caller = innermost(&graph.symbols, pos);
+        // The method's own receiver (Go's `s` in `func (s *Server)`) is `self`.
+        if let (Some(recv), Some(caller)) = (&row.receiver, row.caller) {
+            let mut up = Some(caller);
+            while let Some(i) = up {
+                if self_names[i].as_deref() == Some(recv.as_str()) {
+                    row.receiver = Some("self".to_string());
+                    break;
+                }
+                up = graph.symbols[i].parent;
+            }
+        }
+        graph.refs.push(row);
+    }
+    Ok(graph)
+}
+
+/// The symbols of the chunk's named definitions, each under its nearest
+/// named ancestor, with a slot per symbol for the name its methods call
+/// themselves by (filled from the tags query).
+fn definition_symbols(defs: &[DefSpan]) -> (FileGraph, Vec<Option<String>>) {
     let mut graph = FileGraph::default();
     // Named definitions become symbols; the parent of a symbol is its nearest named ancestor.
     let mut symbol_of: Vec<Option<usize>> = Vec::with_capacity(defs.len());
@@ -136,7 +160,22 @@ fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Re
             parent: parent.and_then(|p| symbol_of[p]),
         });
     }
+    (graph, self_names)
+}
 
+/// A reference found by the tags query: (captures, row, pattern index),
+/// keyed by the position of its name (or module) and its kind.
+type FoundRefs = BTreeMap<(usize, &'static str), (usize, RefRow, usize)>;
+
+/// The references the tags query finds; its definition patterns add the
+/// container and the self name to the symbols already there.
+fn references(
+    query: &Query,
+    root: Node,
+    source: &str,
+    graph: &mut FileGraph,
+    self_names: &mut [Option<String>],
+) -> FoundRefs {
     let names = query.capture_names();
     let bytes = source.as_bytes();
     let text = |n: Node| n.utf8_text(bytes).unwrap_or("").to_string();
@@ -144,7 +183,7 @@ fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Re
     let mut matches = cursor.matches(query, root, bytes);
     // Keyed by the position of the name (or module) so that two patterns
     // matching one reference yield one; the match with more captures wins.
-    let mut found: BTreeMap<(usize, &'static str), (usize, RefRow, usize)> = BTreeMap::new();
+    let mut found = FoundRefs::new();
     while let Some(m) = matches.next() {
         let mut kind = None;
         let mut node = None;
@@ -227,23 +266,7 @@ fn extract_with(query: &Query, root: Node, source: &str, defs: &[DefSpan]) -> Re
             found.insert(key, (captures, row, m.pattern_index));
         }
     }
-
-    for ((pos, _), (_, mut row, _)) in found {
-        row.caller = innermost(&graph.symbols, pos);
-        // The method's own receiver (Go's `s` in `func (s *Server)`) is `self`.
-        if let (Some(recv), Some(caller)) = (&row.receiver, row.caller) {
-            let mut up = Some(caller);
-            while let Some(i) = up {
-                if self_names[i].as_deref() == Some(recv.as_str()) {
-                    row.receiver = Some("self".to_string());
-                    break;
-                }
-                up = graph.symbols[i].parent;
-            }
-        }
-        graph.refs.push(row);
-    }
-    Ok(graph)
+    found
 }
 
 /// The innermost symbol whose node contains byte `pos` (symbols are in pre-order).
