@@ -7,11 +7,10 @@ use anyhow::Result;
 
 use super::args::{ContextArgs, ImpactArgs, MapArgs};
 use super::graph::ambiguous;
+use super::search::open_bases;
 use super::{render, Place};
-use crate::context::question::{self, QuestionRequest};
+use crate::context::question::QuestionRequest;
 use crate::context::{impact, map, pack, symbol};
-use crate::search::kb;
-use crate::search::Searcher;
 
 /// `ken map`: the repository's most important files within a budget.
 pub(super) fn map(at: &Place, args: &MapArgs) -> Result<i32> {
@@ -69,16 +68,7 @@ fn symbol_context(root: &Path, index_dir: &Path, spec: &str, args: &ContextArgs)
 /// `ken context QUERY`: opens the project and its knowledge bases, prints
 /// the answer as compact JSON or as text.
 fn question_context(root: &Path, index_dir: &Path, req: &QuestionRequest, json: bool) -> Result<i32> {
-    let project = Searcher::open(root, index_dir)?;
-    let mut opened = Vec::new();
-    for base in kb::list(index_dir).unwrap_or_default() {
-        match Searcher::open(base.root(), &base.index_dir(index_dir)) {
-            Ok(s) => opened.push((base, s)),
-            Err(e) => eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name),
-        }
-    }
-    let bases: Vec<_> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
-    let answer = question::context_for_question(&project, &bases, root, req)?;
+    let answer = open_bases(root, index_dir)?.answer(root, req)?;
     if json {
         println!("{}", serde_json::to_string(&answer)?);
         return Ok(0);

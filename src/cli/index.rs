@@ -8,9 +8,10 @@ use anyhow::{Context, Result};
 
 use super::args::{IndexArgs, KbCommand, WatchArgs};
 use super::{render, Place};
+use crate::app;
 use crate::index::progress::Reporter;
-use crate::index::semantic;
-use crate::index::{self, IndexOptions};
+use crate::index::semantic::{self, EmbedReport};
+use crate::index::IndexOptions;
 use crate::search::kb;
 use crate::source::discover::DiscoverOptions;
 use crate::store;
@@ -29,29 +30,23 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
         lock_timeout: Duration::from_secs(120),
         ..IndexOptions::default()
     };
-    let report = index::index(&root, &index_dir, &opts)?;
-    remember_embedding_choice(&index_dir, !args.no_embed)?;
-    if !args.json && !args.quiet {
-        render::print_index_report(&report);
-    }
-    // Phase two: the lexical index is committed and searchable; now the vectors.
-    let embedding = if args.no_embed {
-        None
-    } else if args.background {
-        let pid = spawn_background_embedding(&root, &index_dir)?;
-        if !args.quiet {
-            eprintln!("ken: embedding continues in the background (pid {pid}); `ken status` shows the coverage");
+    let embed_here = !args.no_embed && !args.background;
+    let indexed = app::index_then_embed(&root, &index_dir, &opts, embed_here, |report| {
+        remember_embedding_choice(&index_dir, !args.no_embed)?;
+        if !args.json && !args.quiet {
+            render::print_index_report(report);
         }
-        None
-    } else {
-        match semantic::embed_root(&root, &index_dir, &opts.reporter) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}");
-                None
+        // The lexical index is committed and searchable: the vectors can
+        // follow in a process of their own.
+        if args.background {
+            let pid = spawn_background_embedding(&root, &index_dir)?;
+            if !args.quiet {
+                eprintln!("ken: embedding continues in the background (pid {pid}); `ken status` shows the coverage");
             }
         }
-    };
+        Ok(())
+    })?;
+    let (report, embedding) = (indexed.report, indexed.embedding.and_then(warn_unembedded));
     if args.json {
         let mut value = serde_json::to_value(&report)?;
         value["embedding"] = serde_json::to_value(&embedding)?;
@@ -110,29 +105,28 @@ pub(super) fn kb(at: &Place, what: KbCommand) -> Result<i32> {
 /// `ken kb add`: registers the folder, indexes it (unregistered again if
 /// that fails), then embeds it unless `no_embed`.
 fn kb_add(root: &Path, index_dir: &Path, path: &Path, name: Option<&str>, no_embed: bool) -> Result<()> {
-    let base = kb::add(root, index_dir, path, name)?;
-    let base_dir = base.index_dir(index_dir);
     let opts = IndexOptions {
         reporter: Reporter::terminal(std::io::stderr().is_terminal()),
         ..IndexOptions::default()
     };
-    let report = match index::index(base.root(), &base_dir, &opts) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = kb::remove(index_dir, &base.name);
-            return Err(e);
-        }
-    };
-    println!(
-        "added knowledge base `{}` ({}): {} files, {} chunks",
-        base.name, base.path, report.files, report.chunks
-    );
-    if !no_embed {
-        if let Err(e) = semantic::embed_root(base.root(), &base_dir, &opts.reporter) {
-            eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}");
-        }
+    let (_, indexed) = app::add_knowledge_base(root, index_dir, path, name, &opts, !no_embed, |base, report| {
+        println!(
+            "added knowledge base `{}` ({}): {} files, {} chunks",
+            base.name, base.path, report.files, report.chunks
+        );
+        Ok(())
+    })?;
+    if let Some(embedding) = indexed.embedding {
+        warn_unembedded(embedding);
     }
     Ok(())
+}
+
+/// An embedding pass's report; its failure as a warning (lexical search works).
+fn warn_unembedded(embedding: Result<EmbedReport>) -> Option<EmbedReport> {
+    embedding
+        .map_err(|e| eprintln!("ken: warning: semantic search is unavailable, lexical search works: {e:#}"))
+        .ok()
 }
 
 /// `ken kb list`.

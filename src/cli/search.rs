@@ -1,10 +1,13 @@
 //! `ken search` and `ken similar`: ranked results as text or JSON.
 
+use std::path::Path;
+
 use anyhow::Result;
 
 use super::args::SearchArgs;
 use super::render::{self, Style};
 use super::Place;
+use crate::app::Bases;
 use crate::search::kb::{self, BaseHit};
 use crate::search::{SearchHit, SearchRequest, Searcher};
 
@@ -21,29 +24,20 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         mode: args.mode,
         explain: args.explain,
     };
-    let searcher = Searcher::open(&root, &index_dir)?;
-    let mut opened = Vec::new();
-    let bases = kb::list(&index_dir).unwrap_or_else(|e| {
+    let bases = open_bases(&root, &index_dir)?;
+    if let Some(e) = &bases.unlisted {
         eprintln!("ken: knowledge bases are not searched: {e:#}");
-        Vec::new()
-    });
-    for base in bases {
-        match Searcher::open(base.root(), &base.index_dir(&index_dir)) {
-            Ok(s) => opened.push((base, s)),
-            Err(e) => eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name),
-        }
     }
-    let bases: Vec<_> = opened.iter().map(|(b, s)| (b.clone(), s)).collect();
     let kb::Found {
         hits,
         notices,
         confidence,
-    } = kb::search_all(&searcher, &bases, &req, true)?;
+    } = bases.search(&req, true)?;
     for notice in notices {
         eprintln!("ken: {notice}");
     }
     let freshness = if args.freshness {
-        Some(crate::index::freshness::Freshness::read(searcher.store(), &root, true)?)
+        Some(bases.freshness(&root, true)?)
     } else {
         None
     };
@@ -85,6 +79,18 @@ pub(super) fn similar(at: &Place, target: &str, k: usize, include_source_file: b
         render::print_hits(&hits, target);
     }
     Ok(0)
+}
+
+/// The project and its knowledge bases, each opened afresh; a knowledge base
+/// that does not open is said on stderr and not searched.
+pub(super) fn open_bases(root: &Path, index_dir: &Path) -> Result<Bases> {
+    let bases = Bases::open(root, index_dir, None, |_, root, index_dir| {
+        Searcher::open(root, index_dir)
+    })?;
+    for (base, e) in &bases.unopened {
+        eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name);
+    }
+    Ok(bases)
 }
 
 /// Results as a JSON array: each hit's fields plus the base it comes from.
