@@ -71,43 +71,32 @@ pub fn add_knowledge_base(
 pub struct Bases {
     project: Searcher,
     opened: Vec<(KnowledgeBase, Searcher)>,
-    /// Every registered knowledge base, searched or not.
-    pub listed: Vec<KnowledgeBase>,
-    /// Why the knowledge bases could not be listed (none is searched then).
-    pub unlisted: Option<anyhow::Error>,
-    /// The knowledge bases that did not open, with why.
+    /// The knowledge bases that did not open, with why (they are not searched).
     pub unopened: Vec<(KnowledgeBase, anyhow::Error)>,
 }
 
 impl Bases {
-    /// Opens the project at `root` (index in `index_dir`), then lists its
-    /// knowledge bases and opens those `only` names (all when None). `open`
-    /// gives the searcher of a base from its name, root and index folder.
+    /// The project's searcher with those of the knowledge bases `bases` of
+    /// the project whose index is in `index_dir`: `open` gives a base's
+    /// searcher from its name, root and index folder.
     pub fn open(
-        root: &Path,
+        project: Searcher,
         index_dir: &Path,
-        only: Option<&str>,
+        bases: &[KnowledgeBase],
         mut open: impl FnMut(&str, &Path, &Path) -> Result<Searcher>,
-    ) -> Result<Bases> {
-        let project = open(PROJECT, root, index_dir)?;
-        let (listed, unlisted) = match kb::list(index_dir) {
-            Ok(listed) => (listed, None),
-            Err(e) => (Vec::new(), Some(e)),
-        };
+    ) -> Bases {
         let (mut opened, mut unopened) = (Vec::new(), Vec::new());
-        for base in listed.iter().filter(|b| only.is_none_or(|o| o == b.name)) {
+        for base in bases {
             match open(&base.name, base.root(), &base.index_dir(index_dir)) {
                 Ok(searcher) => opened.push((base.clone(), searcher)),
                 Err(e) => unopened.push((base.clone(), e)),
             }
         }
-        Ok(Bases {
+        Bases {
             project,
             opened,
-            listed,
-            unlisted,
             unopened,
-        })
+        }
     }
 
     fn knowledge_bases(&self) -> Vec<(KnowledgeBase, &Searcher)> {

@@ -68,7 +68,7 @@ fn symbol_context(root: &Path, index_dir: &Path, spec: &str, args: &ContextArgs)
 /// `ken context QUERY`: opens the project and its knowledge bases, prints
 /// the answer as compact JSON or as text.
 fn question_context(root: &Path, index_dir: &Path, req: &QuestionRequest, json: bool) -> Result<i32> {
-    let answer = open_bases(root, index_dir)?.answer(root, req)?;
+    let answer = open_bases(root, index_dir, false)?.answer(root, req)?;
     if json {
         println!("{}", serde_json::to_string(&answer)?);
         return Ok(0);

@@ -24,10 +24,7 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         mode: args.mode,
         explain: args.explain,
     };
-    let bases = open_bases(&root, &index_dir)?;
-    if let Some(e) = &bases.unlisted {
-        eprintln!("ken: knowledge bases are not searched: {e:#}");
-    }
+    let bases = open_bases(&root, &index_dir, true)?;
     let kb::Found {
         hits,
         notices,
@@ -82,11 +79,19 @@ pub(super) fn similar(at: &Place, target: &str, k: usize, include_source_file: b
 }
 
 /// The project and its knowledge bases, each opened afresh; a knowledge base
-/// that does not open is said on stderr and not searched.
-pub(super) fn open_bases(root: &Path, index_dir: &Path) -> Result<Bases> {
-    let bases = Bases::open(root, index_dir, None, |_, root, index_dir| {
+/// that does not open is said on stderr and not searched, and so are the
+/// knowledge bases when they cannot be listed, if `say_unlisted`.
+pub(super) fn open_bases(root: &Path, index_dir: &Path, say_unlisted: bool) -> Result<Bases> {
+    let project = Searcher::open(root, index_dir)?;
+    let listed = kb::list(index_dir).unwrap_or_else(|e| {
+        if say_unlisted {
+            eprintln!("ken: knowledge bases are not searched: {e:#}");
+        }
+        Vec::new()
+    });
+    let bases = Bases::open(project, index_dir, &listed, |_, root, index_dir| {
         Searcher::open(root, index_dir)
-    })?;
+    });
     for (base, e) in &bases.unopened {
         eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name);
     }

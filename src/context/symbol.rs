@@ -10,26 +10,12 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use rusqlite::{params, OptionalExtension};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
 use crate::graph::query::{Direction, Edge, Graph, Symbol};
 use crate::graph::resolve::Confidence;
 use crate::store::Store;
-
-/// Arguments of the `symbol_context` tool.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct SymbolContextArgs {
-    /// A symbol: name (`parse`), `Type.name`, `path:line` or symbol id.
-    pub symbol: String,
-    /// Tokens the whole answer may take (default 3000).
-    #[serde(default)]
-    #[schemars(range(min = 500, max = 16000))]
-    pub budget: Option<usize>,
-    /// Only where the name is defined (`path:line kind name`): the cheap "where is X defined?".
-    #[serde(default)]
-    pub locations_only: Option<bool>,
-}
 
 /// The symbol asked about.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
