@@ -101,6 +101,34 @@ struct WatchProcess {
 }
 
 impl WatchProcess {
+    /// Starts `ken watch --json` in `root` and waits for it to be ready.
+    fn start(root: &Path, opts: &WatchBenchOptions) -> Result<WatchProcess> {
+        eprintln!("ken bench watch: starting the watcher");
+        let exe = std::env::current_exe().context("the ken executable")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["watch", "--json", "--debounce-ms", &opts.debounce_ms.to_string()])
+            .current_dir(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if !opts.embed {
+            cmd.arg("--no-embed");
+        }
+        let mut child = cmd.spawn().context("starting ken watch")?;
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().context("the watcher's stderr")?;
+        let sink = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+                }
+            }
+        });
+        let watch = WatchProcess { child, events };
+        watch.wait_for(Duration::from_secs(300), |e| e.iter().any(|v| v["event"] == "ready"))?;
+        Ok(watch)
+    }
+
     fn wait_for(&self, timeout: Duration, pred: impl Fn(&[Value]) -> bool) -> Result<()> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
@@ -163,9 +191,15 @@ pub fn run(opts: &WatchBenchOptions) -> Result<WatchBench> {
     result
 }
 
-fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
+/// The `i`th generated file.
+fn path_of(i: usize) -> PathBuf {
+    PathBuf::from(format!("d{}/m{i}.py", i % 500))
+}
+
+/// A git repository of `opts.files` generated files on `main`, and a branch
+/// `other` where `opts.differing` of them differ.
+fn generate(root: &Path, opts: &WatchBenchOptions) -> Result<()> {
     eprintln!("ken bench watch: generating {} files in {}", opts.files, root.display());
-    let path_of = |i: usize| PathBuf::from(format!("d{}/m{i}.py", i % 500));
     for i in 0..opts.files {
         let p = root.join(path_of(i));
         std::fs::create_dir_all(p.parent().context("a parent")?)?;
@@ -180,7 +214,11 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
     }
     git(root, &["commit", "-qam", "other"])?;
     git(root, &["checkout", "-q", "main"])?;
+    Ok(())
+}
 
+fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
+    generate(root, opts)?;
     let index_dir = store::index_dir_for(root);
     let started = Instant::now();
     index::index(root, &index_dir, &IndexOptions::default())?;
@@ -192,29 +230,7 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
     index::index(root, &index_dir, &IndexOptions::default())?;
     let no_change_index_seconds = started.elapsed().as_secs_f64();
 
-    eprintln!("ken bench watch: starting the watcher");
-    let exe = std::env::current_exe().context("the ken executable")?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["watch", "--json", "--debounce-ms", &opts.debounce_ms.to_string()])
-        .current_dir(root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if !opts.embed {
-        cmd.arg("--no-embed");
-    }
-    let mut child = cmd.spawn().context("starting ken watch")?;
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let stderr = child.stderr.take().context("the watcher's stderr")?;
-    let sink = events.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(v);
-            }
-        }
-    });
-    let watch = WatchProcess { child, events };
-    watch.wait_for(Duration::from_secs(300), |e| e.iter().any(|v| v["event"] == "ready"))?;
+    let watch = WatchProcess::start(root, opts)?;
     if opts.embed {
         watch.wait_for(Duration::from_secs(3600), |e| {
             e.iter().any(|v| v["event"] == "embedded" && v["finished"] == true)

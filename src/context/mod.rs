@@ -6,6 +6,7 @@ pub mod impact;
 pub mod map;
 pub mod pack;
 pub mod question;
+mod runner;
 pub mod symbol;
 
 /// Whether the test file `path` is named after the module `stem`: its name is
