@@ -5,9 +5,11 @@
 //! [`source`] reads files into chunks and graph rows, [`store`] keeps them in
 //! SQLite, [`embed`] turns text into vectors, [`graph`] resolves calls,
 //! [`index`] keeps the store in step with the working tree, [`search`]
-//! answers queries, [`context`] assembles answers for agents, and the front
-//! ends [`serve`] (MCP) and [`cli`] sit on top, with [`bench`].
+//! answers queries, [`context`] assembles answers for agents, [`bench`]
+//! measures them, [`app`] holds what both front ends do, and the front ends
+//! [`serve`] (MCP) and [`cli`] sit on top.
 
+pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -6,6 +6,7 @@
 //! (the I/O floor); for queries, the bare FTS5 `MATCH ... ORDER BY rank` on
 //! the same terms (the storage engine's floor, without ken's rerank).
 
+pub mod context;
 pub mod graph;
 pub mod watch;
 

@@ -7,30 +7,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::{bail, Result};
 use rusqlite::{params, OptionalExtension};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
 use crate::graph::query::{Direction, Edge, Graph, Symbol};
 use crate::graph::resolve::Confidence;
 use crate::store::Store;
-
-/// Arguments of the `symbol_context` tool.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct SymbolContextArgs {
-    /// A symbol: name (`parse`), `Type.name`, `path:line` or symbol id.
-    pub symbol: String,
-    /// Tokens the whole answer may take (default 3000).
-    #[serde(default)]
-    #[schemars(range(min = 500, max = 16000))]
-    pub budget: Option<usize>,
-    /// Only where the name is defined (`path:line kind name`): the cheap "where is X defined?".
-    #[serde(default)]
-    pub locations_only: Option<bool>,
-}
 
 /// The symbol asked about.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -288,7 +273,8 @@ fn split_body(mut candidates: Vec<Candidate>, head_tokens: usize) -> Vec<Candida
     candidates
 }
 
-fn tokens_of(out: &SymbolContext) -> usize {
+/// The tokens of the answer as serialized (what its budget covers).
+pub fn tokens_of(out: &SymbolContext) -> usize {
     pack::count_tokens(&serde_json::to_string(out).unwrap_or_default())
 }
 
@@ -778,125 +764,6 @@ fn last_commits(root: &Path, symbol: &Symbol, files: &mut Files) -> Result<(Vec<
         list,
         uncommitted.then(|| "some of its lines are not committed yet".to_string()),
     ))
-}
-
-/// `ken context --symbol NAME`: the context as text, or compact JSON with `json`.
-/// An ambiguous name lists its candidates (exit 2).
-pub fn run_cli(
-    root: &Path,
-    index_dir: &Path,
-    spec: &str,
-    budget: Option<usize>,
-    locations_only: bool,
-    json: bool,
-) -> Result<i32> {
-    let outcome = if locations_only {
-        locations(root, index_dir, spec)
-    } else {
-        symbol_context(root, index_dir, spec, budget)
-    };
-    let out = match outcome {
-        Ok(out) => out,
-        Err(e) => return crate::cli::graph::ambiguous(e, json),
-    };
-    if json {
-        println!("{}", serde_json::to_string(&out)?);
-    } else {
-        print!("{}", render(&out));
-    }
-    Ok(0)
-}
-
-/// The context as text for people.
-pub fn render(out: &SymbolContext) -> String {
-    let mut s = String::new();
-    for l in &out.locations {
-        s.push_str(&format!("{l}\n"));
-    }
-    if let Some(sym) = &out.symbol {
-        s.push_str(&format!(
-            "{} {}  {}:{}  [id {}]\n",
-            sym.kind, sym.name, sym.path, sym.lines, sym.id
-        ));
-        if let Some(doc) = &sym.doc {
-            s.push_str(&format!("{doc}\n"));
-        }
-        s.push_str(&format!("{}\n", sym.signature));
-    }
-    for (title, list) in [("callers", &out.callers), ("tests", &out.tests)] {
-        if !list.is_empty() {
-            s.push_str(&format!("\n{title}:\n"));
-            for l in list {
-                s.push_str(&format!("  {l}\n"));
-            }
-        }
-    }
-    if !out.commits.is_empty() {
-        s.push_str("\ncommits:\n");
-        for c in &out.commits {
-            s.push_str(&format!("  {} {} {}: {}\n", c.id, c.date, c.author, c.summary));
-        }
-    }
-    if let Some(p) = &out.pack {
-        for piece in &p.pieces {
-            s.push_str(&format!(
-                "\n── {} {}:{}  {}\n{}\n",
-                piece.role, piece.path, piece.lines, piece.label, piece.text
-            ));
-        }
-        if let Some(left) = &p.left_out {
-            s.push_str(&format!("\n{left}\n"));
-        }
-    }
-    if let Some(note) = &out.note {
-        s.push_str(&format!("\nnote: {note}\n"));
-    }
-    s
-}
-
-/// `ken bench context` numbers: symbol_context in process on sampled symbols.
-#[derive(Debug, Default, Serialize)]
-pub struct ContextBench {
-    pub queried: usize,
-    pub budget: usize,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub max_ms: f64,
-    pub locations_p50_ms: f64,
-    /// Answers over the budget (must be 0).
-    pub over_budget: usize,
-}
-
-/// Times `symbol_context` (opening the index included, as a tool call does)
-/// on `samples` referenced functions and methods of the index.
-pub fn bench(root: &Path, index_dir: &Path, samples: usize, budget: usize) -> Result<ContextBench> {
-    let store = Store::open_for_read(index_dir)?;
-    let ids = crate::bench::graph::sampled_symbols(&store, samples)?;
-    drop(store);
-    let (mut times, mut located) = (Vec::new(), Vec::new());
-    let mut over = 0;
-    for id in &ids {
-        let spec = id.to_string();
-        let t = Instant::now();
-        let out = symbol_context(root, index_dir, &spec, Some(budget))?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-        if tokens_of(&out) > budget {
-            over += 1;
-        }
-        let t = Instant::now();
-        locations(root, index_dir, &spec)?;
-        located.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let max_ms = times.iter().cloned().fold(0.0, f64::max);
-    Ok(ContextBench {
-        queried: ids.len(),
-        budget,
-        p50_ms: crate::bench::percentile(&mut times, 0.5),
-        p95_ms: crate::bench::percentile(&mut times, 0.95),
-        max_ms,
-        locations_p50_ms: crate::bench::percentile(&mut located, 0.5),
-        over_budget: over,
-    })
 }
 
 #[cfg(test)]

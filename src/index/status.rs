@@ -1,13 +1,11 @@
 //! `ken status`: what the index holds and what it reflects.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::path::Path;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::cli::Style;
 use crate::index::{BranchTotals, IndexReport};
 use crate::source::discover::SkipCounts;
 use crate::source::git;
@@ -108,69 +106,4 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
             .and_then(|model| crate::embed::adapter::fitted_pairs(&store.conn, model)),
         query_adapter_fit: crate::embed::adapter::summary(&store.conn),
     })
-}
-
-impl Status {
-    pub fn render(&self, s: Style) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "{} {}", s.bold("root:"), self.root);
-        let _ = writeln!(
-            out,
-            "  index:        {} ({:.1} MB)",
-            self.index_dir,
-            self.index_bytes as f64 / 1e6
-        );
-        let _ = writeln!(out, "  head:         {}", self.head);
-        let _ = writeln!(out, "  reflects:     {}", self.freshness.describe());
-        let _ = writeln!(out, "  files:        {}", self.files);
-        let _ = writeln!(out, "  chunks:       {}", self.chunks);
-        let mut langs: Vec<(&String, &u64)> = self.languages.iter().collect();
-        langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let langs: Vec<String> = langs.iter().map(|(l, n)| format!("{l} {n}")).collect();
-        let _ = writeln!(out, "  languages:    {}", langs.join(", "));
-        let when = self.last_indexed_at.as_deref().unwrap_or("never");
-        match self.last_index_seconds {
-            Some(secs) => {
-                let _ = writeln!(out, "  last indexed: {when} (took {secs:.2} s)");
-            }
-            None => {
-                let _ = writeln!(out, "  last indexed: {when}");
-            }
-        }
-        match &self.embedding_model {
-            Some(model) => {
-                let _ = writeln!(
-                    out,
-                    "  embeddings:   {:.1}% of {} contents ({model}), {} signatures",
-                    self.embedding_coverage * 100.0,
-                    self.distinct_contents,
-                    self.signature_vectors
-                );
-                let adapter = match self.query_adapter_pairs {
-                    Some(pairs) if pairs >= crate::embed::adapter::MIN_PAIRS => match &self.query_adapter_fit {
-                        Some(how) => format!("fitted on {pairs} documented definitions ({how})"),
-                        None => format!("fitted on {pairs} documented definitions"),
-                    },
-                    Some(pairs) => format!(
-                        "none ({pairs} documented definitions, {} needed)",
-                        crate::embed::adapter::MIN_PAIRS
-                    ),
-                    None => "not fitted yet".to_string(),
-                };
-                let _ = writeln!(out, "  query adapter: {adapter}");
-            }
-            None => {
-                let _ = writeln!(out, "  embeddings:   none (lexical search only)");
-            }
-        }
-        if !self.skipped.is_empty() {
-            let skipped: Vec<String> = self.skipped.iter().map(|(k, n)| format!("{n} {}", k.label())).collect();
-            let _ = writeln!(out, "  skipped:      {}", skipped.join(", "));
-        }
-        if self.branches.len() > 1 {
-            let branches: Vec<String> = self.branches.iter().map(|(b, n)| format!("{b} ({n} files)")).collect();
-            let _ = writeln!(out, "  branches:     {}", branches.join(", "));
-        }
-        out
-    }
 }

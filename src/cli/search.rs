@@ -1,0 +1,111 @@
+//! `ken search` and `ken similar`: ranked results as text or JSON.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::args::SearchArgs;
+use super::render::{self, Style};
+use super::Place;
+use crate::app::Bases;
+use crate::search::kb::{self, BaseHit};
+use crate::search::{SearchHit, SearchRequest, Searcher};
+
+/// `ken search`: the project and its knowledge bases.
+pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
+    let (root, index_dir) = at.read()?;
+    let req = SearchRequest {
+        query: args.query.join(" "),
+        limit: args.k,
+        path_glob: args.path,
+        language: args.lang,
+        kind: args.kind,
+        max_per_file: args.max_per_file,
+        mode: args.mode,
+        explain: args.explain,
+    };
+    let bases = open_bases(&root, &index_dir, true)?;
+    let kb::Found {
+        hits,
+        notices,
+        confidence,
+    } = bases.search(&req, true)?;
+    for notice in notices {
+        eprintln!("ken: {notice}");
+    }
+    let freshness = if args.freshness {
+        Some(bases.freshness(&root, true)?)
+    } else {
+        None
+    };
+    if let (Some(f), false) = (&freshness, args.json) {
+        eprintln!("ken: the index reflects {}", f.describe());
+    }
+    if args.json && (freshness.is_some() || args.confidence) {
+        let mut value = serde_json::json!({"results": json_hits(&hits)?});
+        if let Some(f) = &freshness {
+            value["index"] = serde_json::to_value(f)?;
+        }
+        if args.confidence {
+            value["confidence"] = serde_json::to_value(&confidence)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else if args.json {
+        println!("{}", serde_json::to_string_pretty(&json_hits(&hits)?)?);
+    } else {
+        if let (Some(line), false) = (&confidence.note, hits.is_empty()) {
+            println!("{}", Style::stdout().dim(line));
+        }
+        render::print_hits(&hits, &req.query);
+    }
+    Ok(0)
+}
+
+/// `ken similar`: code like a snippet or the chunk at `path:line`.
+pub(super) fn similar(at: &Place, target: &str, k: usize, include_source_file: bool, json: bool) -> Result<i32> {
+    let (root, index_dir) = at.read()?;
+    let searcher = Searcher::open(&root, &index_dir)?;
+    let hits: Vec<BaseHit> = searcher
+        .similar(target, k, include_source_file)?
+        .into_iter()
+        .map(|h| (kb::PROJECT.to_string(), h))
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&json_hits(&hits)?)?);
+    } else {
+        render::print_hits(&hits, target);
+    }
+    Ok(0)
+}
+
+/// The project and its knowledge bases, each opened afresh; a knowledge base
+/// that does not open is said on stderr and not searched, and so are the
+/// knowledge bases when they cannot be listed, if `say_unlisted`.
+pub(super) fn open_bases(root: &Path, index_dir: &Path, say_unlisted: bool) -> Result<Bases> {
+    let project = Searcher::open(root, index_dir)?;
+    let listed = kb::list(index_dir).unwrap_or_else(|e| {
+        if say_unlisted {
+            eprintln!("ken: knowledge bases are not searched: {e:#}");
+        }
+        Vec::new()
+    });
+    let bases = Bases::open(project, index_dir, &listed, |_, root, index_dir| {
+        Searcher::open(root, index_dir)
+    });
+    for (base, e) in &bases.unopened {
+        eprintln!("ken: knowledge base `{}` is not searched: {e:#}", base.name);
+    }
+    Ok(bases)
+}
+
+/// Results as a JSON array: each hit's fields plus the base it comes from.
+fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
+    #[derive(serde::Serialize)]
+    struct JsonHit<'a> {
+        base: &'a str,
+        #[serde(flatten)]
+        hit: &'a SearchHit,
+    }
+    let rows: Vec<JsonHit> = hits.iter().map(|(base, hit)| JsonHit { base, hit }).collect();
+    Ok(serde_json::to_value(rows)?)
+}
