@@ -454,7 +454,7 @@ fn run(cli: Cli) -> Result<i32> {
                     ..DiscoverOptions::default()
                 },
                 reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()),
-                lock_timeout: Duration::from_secs(120),
+                lock_timeout: crate::store::WRITE_LOCK_TIMEOUT,
                 ..IndexOptions::default()
             };
             let report = index::index(&root, &index_dir, &opts)?;
@@ -1029,7 +1029,7 @@ fn resolve_root(explicit: Option<&Path>) -> Result<PathBuf> {
 /// watchers started later respect `ken index --no-embed`.
 fn remember_embedding_choice(index_dir: &Path, embed: bool) -> Result<()> {
     let store = store::Store::open_for_write(index_dir)?;
-    store.set_meta(crate::index::watch::EMBEDDINGS_OFF, if embed { "0" } else { "1" })
+    store.set_meta(crate::store::MetaKey::EmbeddingsOff, if embed { "0" } else { "1" })
 }
 
 /// `ken serve`: the settings file and the flags, read once, then the server.
