@@ -33,26 +33,9 @@ fn main() -> anyhow::Result<()> {
         Err(_) => {
             let mut ids: Vec<i64> = Vec::new();
             for name in ["get", "register", "__init__", "new", "run", "add"] {
-                let id: Option<i64> = store
-                    .conn
-                    .query_row(
-                        "SELECT id FROM symbols WHERE name = ?1 AND kind IN ('function', 'method')
-                         ORDER BY (id * 2654435761) % 1000003 LIMIT 1",
-                        [name],
-                        |r| r.get(0),
-                    )
-                    .ok();
-                ids.extend(id);
+                ids.extend(store.sampled_symbol_named(name).ok().flatten());
             }
-            let spread: Vec<i64> = store
-                .conn
-                .prepare(
-                    "SELECT s.id FROM symbols s WHERE s.kind IN ('function', 'method')
-                     AND EXISTS (SELECT 1 FROM refs r WHERE r.name = s.name AND r.kind != 'import')
-                     ORDER BY (s.id * 2654435761) % 1000003 LIMIT 50",
-                )?
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+            let spread = store.sampled_symbols(50)?;
             for id in spread {
                 if ids.len() < 50 && !ids.contains(&id) {
                     ids.push(id);

@@ -27,7 +27,7 @@ fn fixture_edges(lang: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let index_dir = tmp.path().join(".ken");
     index(tmp.path(), &index_dir, &IndexOptions::default()).unwrap();
     let store = Store::open_for_read(&index_dir).unwrap();
-    let mut graph = Graph::for_branch(&store.conn, "");
+    let mut graph = Graph::for_branch(&store, "");
     let found: BTreeSet<String> = graph.all_edges().unwrap().iter().map(|e| e.describe()).collect();
     let expected: BTreeSet<String> = std::fs::read_to_string(dir.join("edges.txt"))
         .unwrap()

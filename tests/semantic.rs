@@ -1311,7 +1311,8 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     assert!(few.len() >= 5, "{}", few.len());
     let mut pairs: Vec<i64> = few.iter().map(|(hash, _)| *hash).take(2).collect();
     pairs.push(-1); // not in the index
-    let negatives = ken::embed::adapter::negatives(&conn, &branch, model, &pairs, 7).unwrap();
+    let store = ken::store::Store::open_for_read(&root.join(".ken")).unwrap();
+    let negatives = ken::embed::adapter::negatives(&store, &branch, model, &pairs, 7).unwrap();
     assert_eq!(negatives.vectors.len(), few.len() + 7);
     for (vector, own) in few.iter().take(2).map(|(_, v)| v).zip(&negatives.own) {
         assert_eq!(&negatives.vectors[own.unwrap()], vector);

@@ -364,10 +364,13 @@ fn an_index_of_schema_version_4_is_upgraded_in_place() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("rebuild"));
     let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits[0]["path"], "src/auth/jwt.py", "{hits}");
-    assert_eq!(db_state(root), ("6".to_string(), Some("kept".to_string()), true));
+    assert_eq!(
+        db_state(root),
+        (ken::store::SCHEMA_VERSION.to_string(), Some("kept".to_string()), true)
+    );
     assert_eq!(counts(root), before);
     let status = ken_json(root, &["status", "--json"]);
-    assert_eq!(status["schema_version"], 6);
+    assert_eq!(status["schema_version"], ken::store::SCHEMA_VERSION);
     assert_eq!(status["chunks"], chunks);
     let report = index_json(root);
     assert_eq!(report["parsed"], 0, "{report}");
@@ -382,7 +385,10 @@ fn an_index_of_schema_version_4_is_upgraded_in_place() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["parsed"], 0, "{report}");
     assert_eq!(report["chunks"], chunks, "{report}");
-    assert_eq!(db_state(root), ("6".to_string(), Some("kept".to_string()), true));
+    assert_eq!(
+        db_state(root),
+        (ken::store::SCHEMA_VERSION.to_string(), Some("kept".to_string()), true)
+    );
     assert_eq!(counts(root), before);
     assert_eq!(pending(root), 0);
     assert_eq!(search(root, "check_expiry", 1)[0]["path"], "src/auth/jwt.py");

@@ -29,7 +29,7 @@ pub struct ContextBench {
 /// on `samples` referenced functions and methods of the index.
 pub fn symbol_context(root: &Path, index_dir: &Path, samples: usize, budget: usize) -> Result<ContextBench> {
     let store = Store::open_for_read(index_dir)?;
-    let ids = super::graph::sampled_symbols(&store, samples)?;
+    let ids = store.sampled_symbols(samples)?;
     drop(store);
     let (mut times, mut located) = (Vec::new(), Vec::new());
     let mut over = 0;

@@ -31,12 +31,13 @@ pub struct GraphBench {
 
 /// Times graph queries on `samples` symbols of the index at `index_dir`.
 pub fn queries(store: &Store, root: &std::path::Path, samples: usize) -> Result<GraphBench> {
+    let (symbols, refs) = store.graph_row_counts()?;
     let mut report = GraphBench {
-        symbols: crate::store::count(&store.conn, "SELECT count(*) FROM symbols", [])?,
-        refs: crate::store::count(&store.conn, "SELECT count(*) FROM refs", [])?,
+        symbols,
+        refs,
         ..GraphBench::default()
     };
-    let ids = sampled_symbols(store, samples)?;
+    let ids = store.sampled_symbols(samples)?;
     let mut graph = Graph::open(store, root)?;
     let symbols: Vec<_> = ids.iter().filter_map(|&id| graph.symbol(id).ok().flatten()).collect();
     report.queried = symbols.len();
@@ -70,18 +71,4 @@ pub fn queries(store: &Store, root: &std::path::Path, samples: usize) -> Result<
     report.path_p50_ms = percentile(&mut paths, 0.5);
     report.path_p95_ms = percentile(&mut paths, 0.95);
     Ok(report)
-}
-
-/// Ids of `samples` functions and methods whose names are referenced, spread
-/// over the repository (the same ones on every run).
-pub fn sampled_symbols(store: &Store, samples: usize) -> Result<Vec<i64>> {
-    Ok(store
-        .conn
-        .prepare(
-            "SELECT s.id FROM symbols s WHERE s.kind IN ('function', 'method')
-             AND EXISTS (SELECT 1 FROM refs r WHERE r.name = s.name AND r.kind != 'import')
-             ORDER BY (s.id * 2654435761) % 1000003 LIMIT ?1",
-        )?
-        .query_map([samples as i64], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?)
 }

@@ -139,11 +139,7 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
             ken_ms.push(t.elapsed().as_secs_f64() * 1e3);
             if !terms.is_empty() {
                 let t = Instant::now();
-                let mut stmt = searcher
-                    .store()
-                    .conn
-                    .prepare_cached("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT 10")?;
-                let n = stmt.query_map([&fts], |r| r.get::<_, i64>(0))?.count();
+                let n = searcher.store().fts_top_ten(&fts)?.len();
                 std::hint::black_box(n);
                 base_ms.push(t.elapsed().as_secs_f64() * 1e3);
             }
@@ -181,15 +177,13 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
 /// Queries made from the index itself: symbol names (identifier lookups)
 /// and their words (keyword searches), picked evenly across the index.
 fn sample_queries(searcher: &Searcher) -> Result<Vec<String>> {
-    let mut stmt = searcher.store().conn.prepare(
-        "SELECT symbol FROM chunks WHERE symbol IS NOT NULL AND length(symbol) > 5
-         AND id % 97 = 0 ORDER BY id LIMIT 100",
-    )?;
     // A packed chunk's label lists several names; the first is one of them.
-    let symbols: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .map(|s| s.map(|s| s.split(", ").next().unwrap_or_default().to_string()))
-        .collect::<rusqlite::Result<_>>()?;
+    let symbols: Vec<String> = searcher
+        .store()
+        .sampled_chunk_symbols()?
+        .into_iter()
+        .map(|s| s.split(", ").next().unwrap_or_default().to_string())
+        .collect();
     let mut queries = symbols.clone();
     for pair in symbols.chunks(2) {
         let words: Vec<String> = pair
@@ -417,22 +411,12 @@ pub fn embed(
     budgets: &[usize],
 ) -> Result<EmbedBench> {
     let searcher = Searcher::open(root, index_dir)?;
-    let mut stmt = searcher.store().conn.prepare(
-        "SELECT c.context, t.text, c.symbol FROM chunks c JOIN contents t ON t.hash = c.content_hash
-         GROUP BY t.hash ORDER BY t.hash LIMIT ?1",
-    )?;
-    let texts: Vec<String> = stmt
-        .query_map([chunks as i64], |r| {
-            let context: Option<String> = r.get(0)?;
-            let text: String = r.get(1)?;
-            let symbol: Option<String> = r.get(2)?;
-            Ok(crate::embed::text::embedding_text(
-                context.as_deref(),
-                symbol.as_deref(),
-                &text,
-            ))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let texts: Vec<String> = searcher
+        .store()
+        .sampled_chunk_texts(chunks)?
+        .into_iter()
+        .map(|(context, text, symbol)| crate::embed::text::embedding_text(context.as_deref(), symbol.as_deref(), &text))
+        .collect();
     crate::embed::model::fetch(crate::embed::model::chosen()?)?;
     let mut rows = Vec::new();
     let mut query_ms = Vec::new();
@@ -488,14 +472,13 @@ pub struct QueryBench {
 /// warm-up pass that loads the model and the vector file.
 pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: usize) -> Result<QueryBench> {
     let searcher = Searcher::open(root, index_dir)?;
-    let conn = &searcher.store().conn;
-    let chunks = crate::store::count(conn, "SELECT count(*) FROM chunks", [])?;
+    let store = searcher.store();
+    let chunks = store.counted_chunks()? as u64;
     // The chunk vectors of the index's model (signature vectors are read per candidate).
-    let vectors = crate::store::count(
-        conn,
-        "SELECT count(*) FROM embeddings WHERE model = (SELECT value FROM meta WHERE key = 'embedding_model')",
-        [],
-    )?;
+    let vectors = match store.meta(crate::store::MetaKey::EmbeddingModel)? {
+        Some(model) => store.vector_count(&model)?,
+        None => 0,
+    };
     let queries = sample_queries(&searcher)?;
     // sample_queries gives identifiers first, then word queries made of them.
     let identifiers = queries.iter().filter(|q| !q.contains(' ')).count();
@@ -568,7 +551,10 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
     if vectors > 0 {
         // The index's model, whatever KEN_MODEL says.
-        let id = searcher.store().meta("embedding_model")?.unwrap_or_default();
+        let id = searcher
+            .store()
+            .meta(crate::store::MetaKey::EmbeddingModel)?
+            .unwrap_or_default();
         let model = crate::embed::LocalBert::for_id(&id)?;
         // The baseline: candle's BertModel, or ken's batch pass for a model candle lacks (MPNet).
         let with_candle = model.runs_on_candle();

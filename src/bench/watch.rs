@@ -259,7 +259,7 @@ fn run_in(root: &Path, opts: &WatchBenchOptions) -> Result<WatchBench> {
 
     let embeddings = |root: &Path| -> Result<i64> {
         let s = store::Store::open_for_read(&store::index_dir_for(root))?;
-        Ok(s.conn.query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))?)
+        Ok(s.all_vector_count()? as i64)
     };
     let switch = |branch: &str, present: &str, absent: &str| -> Result<(f64, f64)> {
         let started = Instant::now();

@@ -27,7 +27,7 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
             ..DiscoverOptions::default()
         },
         reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()),
-        lock_timeout: Duration::from_secs(120),
+        lock_timeout: crate::store::WRITE_LOCK_TIMEOUT,
         ..IndexOptions::default()
     };
     let embed_here = !args.no_embed && !args.background;
@@ -194,5 +194,5 @@ fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
 /// watchers started later respect `ken index --no-embed`.
 fn remember_embedding_choice(index_dir: &Path, embed: bool) -> Result<()> {
     let store = store::Store::open_for_write(index_dir)?;
-    store.set_meta(crate::index::watch::EMBEDDINGS_OFF, if embed { "0" } else { "1" })
+    store.set_meta(crate::store::MetaKey::EmbeddingsOff, if embed { "0" } else { "1" })
 }

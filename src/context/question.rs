@@ -13,7 +13,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use rusqlite::params;
 use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
@@ -130,10 +129,10 @@ pub fn context_for_question(
             definitions.push((rank, hit));
         }
     }
-    let mut graph = Graph::for_branch(&project.store().conn, project.branch());
+    let mut graph = Graph::for_branch(project.store(), project.branch());
     let mut offered: HashSet<i64> = HashSet::new();
     for (rank, hit) in &definitions {
-        for symbol in symbols_in(&mut graph, &project.store().conn, project.branch(), hit)? {
+        for symbol in symbols_in(&mut graph, project.store(), project.branch(), hit)? {
             if offered.insert(symbol.id) {
                 candidates.extend(neighbourhood(&mut graph, &mut files, root, &symbol, *rank)?);
             }
@@ -224,15 +223,8 @@ fn doc_candidate(base: &str, base_root: Option<&Path>, hit: &SearchHit, rank: us
 
 /// The definitions of the graph that a result's chunk holds: those inside
 /// its lines, else the innermost one around its first line.
-fn symbols_in(graph: &mut Graph, conn: &rusqlite::Connection, branch: &str, hit: &SearchHit) -> Result<Vec<Symbol>> {
-    let inside: Vec<i64> = conn
-        .prepare_cached(
-            "SELECT s.id FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-             WHERE c.path = ?2 AND s.start_line >= ?3 AND s.end_line <= ?4 AND s.kind != 'impl'
-             ORDER BY s.start_line LIMIT 3",
-        )?
-        .query_map(params![branch, hit.path, hit.start_line, hit.end_line], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+fn symbols_in(graph: &mut Graph, store: &crate::store::Store, branch: &str, hit: &SearchHit) -> Result<Vec<Symbol>> {
+    let inside = store.symbol_ids_within(branch, &hit.path, hit.start_line, hit.end_line)?;
     let mut found = Vec::new();
     for id in inside {
         found.extend(graph.lookup(&id.to_string())?);

@@ -9,7 +9,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::pack::{self, Candidate, Pack};
@@ -324,18 +323,7 @@ fn unknown(store: &Store, graph: &Graph, spec: &str) -> Result<String> {
         (format!("%{}%", escape(name)), 8),
         (format!("{}%", escape(&first_two)), 2000),
     ] {
-        close = store
-            .conn
-            .prepare_cached(
-                "SELECT s.name, f.path, s.line FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-                 JOIN files f ON f.id = s.file_id
-                 WHERE s.name LIKE ?2 ESCAPE '\\' AND s.kind != 'impl'
-                 ORDER BY length(s.name), s.name, f.path LIMIT ?3",
-            )?
-            .query_map(params![graph.branch(), pattern, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        close = store.symbol_names_like(graph.branch(), &pattern, limit)?;
         if limit > 8 {
             let wanted = name.to_lowercase();
             let most = (wanted.chars().count() / 3).max(1);
@@ -460,12 +448,7 @@ impl<'s> Files<'s> {
     }
 
     fn read(&self, file_id: i64, path: &str) -> Result<Option<Vec<String>>> {
-        let hash: Option<i64> = self
-            .store
-            .conn
-            .prepare_cached("SELECT content_hash FROM files WHERE id = ?1")?
-            .query_row([file_id], |r| r.get(0))
-            .optional()?;
+        let hash: Option<i64> = self.store.file_content_hash(file_id)?;
         if let Ok(bytes) = std::fs::read(self.root.join(path)) {
             if Some(crate::store::content_hash(&bytes)) == hash {
                 let text = String::from_utf8_lossy(&bytes);
@@ -475,14 +458,7 @@ impl<'s> Files<'s> {
         // The file changed since it was indexed: the indexed text, per line
         // the longest a chunk has (a chunk may start inside its first line).
         let mut by_line: Vec<String> = Vec::new();
-        let mut stmt = self.store.conn.prepare_cached(
-            "SELECT c.start_line, t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.file_id = ?1",
-        )?;
-        let rows = stmt.query_map([file_id], |r| {
-            Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?))
-        })?;
-        for row in rows {
-            let (start, text) = row?;
+        for (start, text) in self.store.chunk_texts_of_file(file_id)? {
             for (i, line) in text.lines().enumerate() {
                 let at = start + i - 1;
                 if by_line.len() <= at {
@@ -512,12 +488,7 @@ impl<'s> Files<'s> {
 
 /// The definition's start line as stored (decorators and attributes included).
 fn start_line(store: &Store, symbol: &Symbol) -> Result<u32> {
-    Ok(store
-        .conn
-        .prepare_cached("SELECT start_line FROM symbols WHERE id = ?1")?
-        .query_row([symbol.id], |r| r.get(0))
-        .optional()?
-        .unwrap_or(symbol.line))
+    Ok(store.symbol_start_line(symbol.id)?.unwrap_or(symbol.line))
 }
 
 fn symbol_info(symbol: &Symbol, files: &mut Files) -> Result<SymbolInfo> {

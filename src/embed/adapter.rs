@@ -22,8 +22,11 @@
 //! with no adapter) (BENCHMARKS.md, "A query adapter fitted on the
 //! repository's doc comments" and the sections after it).
 
-use anyhow::{Context, Result};
-use rusqlite::{params, Connection, OptionalExtension};
+use anyhow::Result;
+use rusqlite::Connection;
+
+use crate::store::adapter::SavedFit;
+use crate::store::Store;
 use std::collections::BTreeSet;
 
 /// Pairs sampled for a fit. The code side costs about as much to embed as
@@ -565,26 +568,15 @@ fn without_leading_name(question: &str, name: &str) -> String {
 /// single definitions, in content-hash order (a fixed, spread sample); the
 /// code as `code_text(context, symbol, code)` makes it.
 pub fn training_pairs(
-    conn: &Connection,
+    store: &Store,
     branch: &str,
     method: Method,
     code_text: impl Fn(Option<&str>, Option<&str>, &str) -> String,
 ) -> Result<Vec<(i64, String, String)>> {
-    let mut stmt = conn.prepare(
-        "SELECT min(c.context), min(c.symbol), t.text, t.hash FROM chunks c
-         JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-         JOIN contents t ON t.hash = c.content_hash
-         WHERE c.symbol IS NOT NULL AND instr(c.symbol, ', ') = 0
-           AND c.kind NOT IN ('text', 'section', 'module', 'namespace')
-         GROUP BY t.hash ORDER BY t.hash",
-    )?;
-    let mut rows = stmt.query([branch])?;
     let mut pairs = Vec::new();
-    while let Some(row) = rows.next()? {
-        let context: Option<String> = row.get(0)?;
-        let symbol: Option<String> = row.get(1)?;
-        let text: String = row.get(2)?;
-        if let Some((question, code)) = question_and_code(&text) {
+    store.for_each_documented_chunk(branch, |chunk| {
+        let (context, symbol) = (chunk.context, chunk.symbol);
+        if let Some((question, code)) = question_and_code(&chunk.text) {
             // Only the chosen fit was measured without the name (ridge
             // keeps the sentence it was measured with).
             let question = match symbol.as_deref() {
@@ -592,18 +584,19 @@ pub fn training_pairs(
                 _ => question,
             };
             if !is_sentence(&question) {
-                continue;
+                return Ok(true);
             }
             pairs.push((
-                row.get(3)?,
+                chunk.hash,
                 question,
                 code_text(context.as_deref(), symbol.as_deref(), &code),
             ));
             if pairs.len() == MAX_PAIRS {
-                break;
+                return Ok(false);
             }
         }
-    }
+        Ok(true)
+    })?;
     Ok(pairs)
 }
 
@@ -635,60 +628,37 @@ impl Negatives {
 /// beat: the chunks of the files that hold a pair (the documented siblings
 /// a search ranks it among, up to [`MAX_SIBLINGS`]), then up to `spread`
 /// more in hash order (a spread sample of the index).
-pub fn negatives(conn: &Connection, branch: &str, model: &str, pairs: &[i64], spread: usize) -> Result<Negatives> {
-    let pair_list = serde_json::to_string(pairs)?;
-    let mut siblings = conn.prepare(
-        "SELECT DISTINCT e.content_hash, e.vector FROM chunks p
-         JOIN catalog k ON k.file_id = p.file_id AND k.branch = ?1
-         JOIN chunks c ON c.file_id = p.file_id
-         JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = ?2
-         WHERE p.content_hash IN (SELECT value FROM json_each(?3))
-         ORDER BY e.content_hash",
-    )?;
-    let mut sample = conn.prepare(
-        "SELECT e.content_hash, e.vector FROM embeddings e
-         WHERE e.model = ?2 AND EXISTS (SELECT 1 FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-                                        WHERE c.content_hash = e.content_hash)
-         ORDER BY e.content_hash",
-    )?;
+pub fn negatives(store: &Store, branch: &str, model: &str, pairs: &[i64], spread: usize) -> Result<Negatives> {
     let mut index_of = std::collections::HashMap::new();
     let mut vectors = Vec::new();
-    // Reads rows until `limit` new vectors are in.
-    let mut read = |rows: &mut rusqlite::Rows, limit: usize| -> Result<()> {
+    // The siblings, then the spread sample: rows until `limit` new vectors are in.
+    for (siblings, limit) in [(true, MAX_SIBLINGS), (false, spread)] {
         let mut added = 0;
-        while let Some(row) = rows.next()? {
+        let take = |hash: i64, blob: Vec<u8>| -> Result<bool> {
             if added == limit {
-                break;
+                return Ok(false);
             }
-            let hash: i64 = row.get(0)?;
             if let std::collections::hash_map::Entry::Vacant(slot) = index_of.entry(hash) {
                 slot.insert(vectors.len());
-                vectors.push(crate::store::vectors::decode(&row.get::<_, Vec<u8>>(1)?));
+                vectors.push(crate::store::vectors::decode(&blob));
                 added += 1;
             }
+            Ok(true)
+        };
+        if siblings {
+            store.for_each_vector_beside(branch, model, pairs, take)?;
+        } else {
+            store.for_each_branch_vector(branch, model, take)?;
         }
-        Ok(())
-    };
-    read(&mut siblings.query(params![branch, model, pair_list])?, MAX_SIBLINGS)?;
-    read(&mut sample.query(params![branch, model])?, spread)?;
+    }
     let own = pairs.iter().map(|hash| index_of.get(hash).copied()).collect();
     Ok(Negatives { vectors, own })
 }
 
-/// The fit's record; a new way of fitting takes a new key, so that an index
-/// fitted the old way is fitted again.
-const META_KEY: &str = "query_adapter_v4";
-const OLD_META_KEYS: &[&str] = &["query_adapter", "query_adapter_v2", "query_adapter_v3"];
-const SUMMARY_KEY: &str = "query_adapter_fit";
-/// The saved adapter's lead words ([`QueryAdapter::carries`]), space-separated.
-const LEADS_KEY: &str = "query_adapter_leads";
-
 /// What the index records of its last fit for `model`: the distinct
 /// contents the branch had and how many pairs it found (0: too few, no adapter).
-fn last_fit(conn: &Connection, model: &str) -> Result<Option<(u64, usize, String)>> {
-    let value: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [META_KEY], |r| r.get(0))
-        .optional()?;
+fn last_fit(store: &Store, model: &str) -> Result<Option<(u64, usize, String)>> {
+    let value = store.query_adapter_record()?;
     Ok(value.and_then(|v| {
         let mut parts = v.rsplitn(4, ' ');
         let pairs = parts.next()?.parse().ok()?;
@@ -700,69 +670,34 @@ fn last_fit(conn: &Connection, model: &str) -> Result<Option<(u64, usize, String
 
 /// Whether the adapter of `model` (or the finding that there are too few
 /// pairs for one) still stands for a branch of `contents` distinct contents.
-pub fn is_current(conn: &Connection, model: &str, method: Method, contents: u64) -> Result<bool> {
-    Ok(last_fit(conn, model)?.is_some_and(|(then, _, how)| {
+pub fn is_current(store: &Store, model: &str, method: Method, contents: u64) -> Result<bool> {
+    Ok(last_fit(store, model)?.is_some_and(|(then, _, how)| {
         how == method.name() && (contents as f64 - then as f64).abs() <= REFIT_DRIFT * (then as f64).max(1.0)
     }))
 }
 
 /// Records a fit of `pairs` pairs for `model` (`None`: too few pairs),
 /// replacing any other.
-pub fn save(
-    conn: &Connection,
-    model: &str,
-    method: Method,
-    contents: u64,
-    pairs: usize,
-    fit: Option<&Fit>,
-) -> Result<()> {
-    let tx = conn.unchecked_transaction()?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS query_adapters (model TEXT PRIMARY KEY, matrix BLOB NOT NULL) WITHOUT ROWID;
-         DELETE FROM query_adapters;",
-    )?;
-    tx.execute("DELETE FROM meta WHERE key = ?1", [LEADS_KEY])?;
-    if let Some(adapter) = fit.and_then(|f| f.adapter.as_ref()) {
-        tx.execute(
-            "INSERT INTO query_adapters (model, matrix) VALUES (?1, ?2)",
-            params![model, adapter.to_blob()],
-        )?;
-        if let Some(leads) = &adapter.leads {
-            let words: Vec<&str> = leads.iter().map(String::as_str).collect();
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2)",
-                params![LEADS_KEY, words.join(" ")],
-            )?;
-        }
-    }
-    for old in OLD_META_KEYS {
-        tx.execute("DELETE FROM meta WHERE key = ?1", [old])?;
-    }
-    tx.execute(
-        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        params![SUMMARY_KEY, fit.map(|f| f.summary.as_str()).unwrap_or_default()],
-    )?;
-    tx.execute(
-        "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        params![META_KEY, format!("{model} {} {contents} {pairs}", method.name())],
-    )?;
-    tx.commit().context("saving the query adapter")
+pub fn save(store: &Store, model: &str, method: Method, contents: u64, pairs: usize, fit: Option<&Fit>) -> Result<()> {
+    let adapter = fit.and_then(|f| f.adapter.as_ref());
+    let matrix = adapter.map(QueryAdapter::to_blob);
+    let leads = adapter
+        .and_then(|a| a.leads.as_ref())
+        .map(|leads| leads.iter().map(String::as_str).collect::<Vec<_>>().join(" "));
+    let record = format!("{model} {} {contents} {pairs}", method.name());
+    store.save_query_adapter(
+        model,
+        &SavedFit {
+            record: &record,
+            summary: fit.map(|f| f.summary.as_str()).unwrap_or_default(),
+            adapter: matrix.as_deref().map(|m| (m, leads.as_deref())),
+        },
+    )
 }
 
-/// The adapter of `model`, if the index has one. `KEN_QUERY_ADAPTER=0`
-/// ignores it (to compare).
-pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
-    if !crate::config::settings().query_adapter {
-        return None;
-    }
-    let blob: Vec<u8> = conn
-        .query_row("SELECT matrix FROM query_adapters WHERE model = ?1", [model], |r| {
-            r.get(0)
-        })
-        .ok()?;
-    let leads: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [LEADS_KEY], |r| r.get(0))
-        .ok();
+/// The adapter saved as these rows: its matrix and lead words.
+fn from_saved(saved: Option<(Vec<u8>, Option<String>)>) -> Option<QueryAdapter> {
+    let (blob, leads) = saved?;
     let adapter = QueryAdapter::from_blob(&blob)?;
     Some(match leads {
         Some(words) => adapter.led_by(words.split_whitespace().map(str::to_string).collect()),
@@ -770,23 +705,42 @@ pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
     })
 }
 
+/// The adapter of `model`, if the index has one. `KEN_QUERY_ADAPTER=0`
+/// ignores it (to compare).
+pub fn load_from(store: &Store, model: &str) -> Option<QueryAdapter> {
+    if !crate::config::settings().query_adapter {
+        return None;
+    }
+    from_saved(store.query_adapter(model))
+}
+
+/// [`load_from`] on the connection `src/search/` still holds (temporary).
+pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
+    if !crate::config::settings().query_adapter {
+        return None;
+    }
+    from_saved(crate::store::adapter::saved_adapter_on(conn, model))
+}
+
 /// How many pairs the adapter of `model` was fitted on (0: too few for one),
 /// if a fit was attempted.
-pub fn fitted_pairs(conn: &Connection, model: &str) -> Option<usize> {
-    last_fit(conn, model).ok().flatten().map(|(_, pairs, _)| pairs)
+pub fn fitted_pairs(store: &Store, model: &str) -> Option<usize> {
+    last_fit(store, model).ok().flatten().map(|(_, pairs, _)| pairs)
 }
 
 /// How the saved fit was chosen ([`Fit::summary`]), if one was made.
-pub fn summary(conn: &Connection) -> Option<String> {
-    conn.query_row("SELECT value FROM meta WHERE key = ?1", [SUMMARY_KEY], |r| r.get(0))
-        .ok()
-        .filter(|s: &String| !s.is_empty())
+pub fn summary(store: &Store) -> Option<String> {
+    store.query_adapter_summary().filter(|s| !s.is_empty())
 }
 
 /// Identifies the saved fit, so a long-lived searcher notices a new one.
+pub fn fingerprint_of(store: &Store) -> Option<String> {
+    store.query_adapter_record().ok().flatten()
+}
+
+/// [`fingerprint_of`] on the connection `src/search/` still holds (temporary).
 pub fn fingerprint(conn: &Connection) -> Option<String> {
-    conn.query_row("SELECT value FROM meta WHERE key = ?1", [META_KEY], |r| r.get(0))
-        .ok()
+    crate::store::adapter::adapter_record_on(conn)
 }
 
 #[cfg(test)]
@@ -1024,11 +978,11 @@ mod tests {
 
     #[test]
     fn an_adapter_is_saved_loaded_and_refitted_only_after_the_branch_drifts() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;")
-            .unwrap();
-        assert_eq!(load(&conn, "m/text3"), None, "no table yet");
-        assert!(!is_current(&conn, "m/text3", Method::Ridge, 1000).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_for_write(dir.path()).unwrap();
+        let conn = &store;
+        assert_eq!(load_from(conn, "m/text3"), None, "none yet");
+        assert!(!is_current(conn, "m/text3", Method::Ridge, 1000).unwrap());
         let questions = unit_vectors(50, 8, 1);
         let adapter = QueryAdapter::ridge(&questions, &unit_vectors(50, 8, 2))
             .unwrap()
@@ -1037,46 +991,45 @@ mod tests {
             adapter: Some(adapter.clone()),
             summary: "ridge: held-out MRR 0.100 → 0.200".to_string(),
         };
-        save(&conn, "m/text3", Method::Ridge, 1000, 50, Some(&fit)).unwrap();
-        let loaded = load(&conn, "m/text3").unwrap();
+        save(conn, "m/text3", Method::Ridge, 1000, 50, Some(&fit)).unwrap();
+        let loaded = load_from(conn, "m/text3").unwrap();
         assert_eq!(loaded, adapter);
         assert!(loaded.carries("parse the config file") && !loaded.carries("render the config file"));
-        assert_eq!(summary(&conn).as_deref(), Some(fit.summary.as_str()));
-        assert_eq!(load(&conn, "other/text3"), None);
-        assert_eq!(fitted_pairs(&conn, "m/text3"), Some(50));
-        assert!(is_current(&conn, "m/text3", Method::Ridge, 1200).unwrap());
+        assert_eq!(summary(conn).as_deref(), Some(fit.summary.as_str()));
+        assert_eq!(load_from(conn, "other/text3"), None);
+        assert_eq!(fitted_pairs(conn, "m/text3"), Some(50));
+        assert!(is_current(conn, "m/text3", Method::Ridge, 1200).unwrap());
         assert!(
-            !is_current(&conn, "m/text3", Method::Ridge, 1300).unwrap(),
+            !is_current(conn, "m/text3", Method::Ridge, 1300).unwrap(),
             "30% more contents"
         );
-        assert!(!is_current(&conn, "m/text3", Method::Ridge, 700).unwrap(), "30% fewer");
+        assert!(!is_current(conn, "m/text3", Method::Ridge, 700).unwrap(), "30% fewer");
         assert!(
-            !is_current(&conn, "other/text3", Method::Ridge, 1000).unwrap(),
+            !is_current(conn, "other/text3", Method::Ridge, 1000).unwrap(),
             "another model"
         );
         assert!(
-            !is_current(&conn, "m/text3", Method::Chosen, 1000).unwrap(),
+            !is_current(conn, "m/text3", Method::Chosen, 1000).unwrap(),
             "another method"
         );
-        let before = fingerprint(&conn);
-        save(&conn, "m/text3", Method::Ridge, 1300, 12, None).unwrap();
-        assert_eq!(load(&conn, "m/text3"), None, "too few pairs: the old adapter is gone");
-        assert_eq!(fitted_pairs(&conn, "m/text3"), Some(12));
-        assert_eq!(summary(&conn), None);
-        assert_ne!(fingerprint(&conn), before);
+        let before = fingerprint_of(conn);
+        save(conn, "m/text3", Method::Ridge, 1300, 12, None).unwrap();
+        assert_eq!(
+            load_from(conn, "m/text3"),
+            None,
+            "too few pairs: the old adapter is gone"
+        );
+        assert_eq!(fitted_pairs(conn, "m/text3"), Some(12));
+        assert_eq!(summary(conn), None);
+        assert_ne!(fingerprint_of(conn), before);
         // A record of the old way of fitting does not count as a fit.
-        conn.execute("DELETE FROM meta", []).unwrap();
-        conn.execute("INSERT INTO meta VALUES ('query_adapter', 'm/text3 1000 50')", [])
+        store.clear_meta().unwrap();
+        store
+            .set_meta(crate::store::MetaKey::OldQueryAdapter(1), "m/text3 1000 50")
             .unwrap();
-        assert!(!is_current(&conn, "m/text3", Method::Ridge, 1000).unwrap());
-        save(&conn, "m/text3", Method::Ridge, 1000, 50, Some(&fit)).unwrap();
-        let keys: Vec<String> = conn
-            .prepare("SELECT key FROM meta ORDER BY key")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        assert!(!is_current(conn, "m/text3", Method::Ridge, 1000).unwrap());
+        save(conn, "m/text3", Method::Ridge, 1000, 50, Some(&fit)).unwrap();
+        let keys = store.meta_keys().unwrap();
         assert_eq!(keys, ["query_adapter_fit", "query_adapter_leads", "query_adapter_v4"]);
     }
 }

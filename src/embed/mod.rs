@@ -7,7 +7,6 @@
 
 pub mod adapter;
 pub mod bert;
-pub mod cache;
 pub mod http;
 pub mod model;
 pub mod provider;

@@ -9,30 +9,12 @@ use std::path::Path;
 use std::rc::Rc;
 
 use anyhow::{bail, Result};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::resolve::{Confidence, Resolution};
 use crate::store::Store;
 
-/// A definition on the branch.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
-pub struct Symbol {
-    /// Symbol id (0: the top-level code of the file).
-    pub id: i64,
-    pub name: String,
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-    pub path: String,
-    pub line: u32,
-    pub end_line: u32,
-    pub language: String,
-    #[serde(skip)]
-    pub file_id: i64,
-    #[serde(skip)]
-    pub parent: Option<i64>,
-}
+pub use crate::store::graph::{Ref, Symbol};
 
 impl Symbol {
     /// `Container.name`, or the name.
@@ -58,21 +40,6 @@ impl Symbol {
             parent: None,
         }
     }
-}
-
-/// A reference as stored, with its file.
-#[derive(Debug, Clone)]
-pub struct Ref {
-    pub file_id: i64,
-    pub path: String,
-    pub language: String,
-    pub name: String,
-    pub kind: String,
-    pub receiver: Option<String>,
-    pub module: Option<String>,
-    pub alias: Option<String>,
-    pub line: u32,
-    pub caller: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
@@ -193,47 +160,12 @@ pub const MAX_CANDIDATES: usize = 10;
 pub const MAX_REFS_PER_LEVEL: usize = 5000;
 const CALL_KINDS: &[&str] = &["call", "method_call", "constructor"];
 
-const SYMBOL_COLUMNS: &str =
-    "s.id, s.name, s.kind, s.container, f.path, s.line, s.end_line, f.language, s.file_id, s.parent";
-const REF_COLUMNS: &str =
-    "r.file_id, f.path, f.language, r.name, r.kind, r.receiver, r.module, r.alias, r.line, r.caller";
-
-fn symbol_row(r: &rusqlite::Row) -> rusqlite::Result<Symbol> {
-    Ok(Symbol {
-        id: r.get(0)?,
-        name: r.get(1)?,
-        kind: r.get(2)?,
-        container: r.get(3)?,
-        path: r.get(4)?,
-        line: r.get(5)?,
-        end_line: r.get(6)?,
-        language: r.get(7)?,
-        file_id: r.get(8)?,
-        parent: r.get(9)?,
-    })
-}
-
-fn ref_row(r: &rusqlite::Row) -> rusqlite::Result<Ref> {
-    Ok(Ref {
-        file_id: r.get(0)?,
-        path: r.get(1)?,
-        language: r.get(2)?,
-        name: r.get(3)?,
-        kind: r.get(4)?,
-        receiver: r.get(5)?,
-        module: r.get(6)?,
-        alias: r.get(7)?,
-        line: r.get(8)?,
-        caller: r.get(9)?,
-    })
-}
-
 /// Definitions shared between the caches and resolutions of one query.
 pub type Shared = Rc<Vec<Rc<Symbol>>>;
 
 /// The graph of one branch of an index, with caches for one session of queries.
 pub struct Graph<'c> {
-    pub(super) conn: &'c Connection,
+    store: &'c Store,
     pub(super) branch: String,
     by_name: HashMap<String, Rc<Vec<Rc<Symbol>>>>,
     /// `by_name` per language family: name -> [(family, definitions)].
@@ -254,21 +186,11 @@ impl<'c> Graph<'c> {
     /// index has no graph rows for it.
     pub fn open(store: &'c Store, root: &Path) -> Result<Graph<'c>> {
         let branch = crate::source::git::head(root).catalog_key();
-        let graph = Graph::for_branch(&store.conn, &branch);
-        let has_files: bool = store.conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)",
-            [&branch],
-            |r| r.get(0),
-        )?;
-        if !has_files {
+        let graph = Graph::for_branch(store, &branch);
+        if !store.branch_has_files(&branch)? {
             bail!("this branch is not indexed; run `ken index` first");
         }
-        let has_symbols: bool = store.conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM symbols s JOIN catalog c ON c.file_id = s.file_id WHERE c.branch = ?1)",
-            [&branch],
-            |r| r.get(0),
-        )?;
-        if !has_symbols {
+        if !store.branch_has_symbols(&branch)? {
             bail!(
                 "the index has no code graph for this branch (no definitions in a language with a tags.scm: \
                  python, javascript, typescript, tsx, go, rust, java, c, cpp, csharp, ruby, php, kotlin, swift, scala)"
@@ -277,14 +199,14 @@ impl<'c> Graph<'c> {
         Ok(graph)
     }
 
-    /// The connection and the branch (catalog key) this graph reads.
-    pub fn connection(&self) -> (&'c Connection, &str) {
-        (self.conn, &self.branch)
+    /// The store and the branch (catalog key) this graph reads.
+    pub fn store(&self) -> (&'c Store, &str) {
+        (self.store, &self.branch)
     }
 
-    pub fn for_branch(conn: &'c Connection, branch: &str) -> Graph<'c> {
+    pub fn for_branch(store: &'c Store, branch: &str) -> Graph<'c> {
         Graph {
-            conn,
+            store,
             branch: branch.to_string(),
             by_name: HashMap::new(),
             by_family: HashMap::new(),
@@ -305,32 +227,7 @@ impl<'c> Graph<'c> {
     /// The definitions of the version of `path` whose content hash is `hash`,
     /// in source order, if the index holds that version (of any branch).
     pub fn symbols_of_version(&self, path: &str, hash: i64) -> Result<Option<Vec<crate::source::extract::SymbolRow>>> {
-        let file: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT id FROM files WHERE path = ?1 AND content_hash = ?2")?
-            .query_row(params![path, hash], |r| r.get(0))
-            .optional()?;
-        let Some(file) = file else { return Ok(None) };
-        let rows = self
-            .conn
-            .prepare_cached(
-                "SELECT name, kind, container, line, start_line, end_line FROM symbols WHERE file_id = ?1 ORDER BY id",
-            )?
-            .query_map([file], |r| {
-                Ok(crate::source::extract::SymbolRow {
-                    name: r.get(0)?,
-                    kind: r.get(1)?,
-                    container: r.get(2)?,
-                    line: r.get(3)?,
-                    start_line: r.get(4)?,
-                    end_line: r.get(5)?,
-                    start_byte: 0,
-                    end_byte: 0,
-                    parent: None,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(Some(rows))
+        self.store.symbols_of_version(path, hash)
     }
 
     /// Definitions named `name` on the branch.
@@ -338,15 +235,12 @@ impl<'c> Graph<'c> {
         if let Some(found) = self.by_name.get(name) {
             return Ok(found.clone());
         }
-        let sql = format!(
-            "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-             JOIN files f ON f.id = s.file_id WHERE s.name = ?2 ORDER BY f.path, s.line"
-        );
         let rows: Vec<Rc<Symbol>> = self
-            .conn
-            .prepare_cached(&sql)?
-            .query_map(params![self.branch, name], |r| symbol_row(r).map(Rc::new))?
-            .collect::<rusqlite::Result<_>>()?;
+            .store
+            .symbols_named(&self.branch, name)?
+            .into_iter()
+            .map(Rc::new)
+            .collect();
         let rows = Rc::new(rows);
         self.by_name.insert(name.to_string(), rows.clone());
         Ok(rows)
@@ -376,15 +270,7 @@ impl<'c> Graph<'c> {
         if let Some(s) = self.by_id.get(&id) {
             return Ok(s.clone());
         }
-        let sql = format!(
-            "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-             JOIN files f ON f.id = s.file_id WHERE s.id = ?2"
-        );
-        let found = self
-            .conn
-            .prepare_cached(&sql)?
-            .query_row(params![self.branch, id], symbol_row)
-            .optional()?;
+        let found = self.store.symbol_by_id(&self.branch, id)?;
         self.by_id.insert(id, found.clone());
         Ok(found)
     }
@@ -394,15 +280,7 @@ impl<'c> Graph<'c> {
         if let Some(found) = self.imports.get(&file_id) {
             return Ok(found.clone());
         }
-        let sql = format!(
-            "SELECT {REF_COLUMNS} FROM refs r JOIN files f ON f.id = r.file_id WHERE r.file_id = ?1 AND r.kind = 'import'"
-        );
-        let rows: Vec<Ref> = self
-            .conn
-            .prepare_cached(&sql)?
-            .query_map([file_id], ref_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        let rows = Rc::new(rows);
+        let rows = Rc::new(self.store.imports_of_file(file_id)?);
         self.imports.insert(file_id, rows.clone());
         Ok(rows)
     }
@@ -412,51 +290,21 @@ impl<'c> Graph<'c> {
         if let Some(p) = &self.paths {
             return Ok(p.clone());
         }
-        let paths: Vec<String> = self
-            .conn
-            .prepare("SELECT path FROM catalog WHERE branch = ?1")?
-            .query_map([&self.branch], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        let paths = Rc::new(paths);
+        let paths = Rc::new(self.store.branch_paths(&self.branch)?);
         self.paths = Some(paths.clone());
         Ok(paths)
-    }
-
-    /// References matching `condition`, `limit` at most.
-    fn refs_where(&self, condition: &str, limit: usize, p: impl rusqlite::Params) -> Result<Vec<Ref>> {
-        let limit = limit.min(i64::MAX as usize);
-        let sql = format!(
-            "SELECT {REF_COLUMNS} FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-             JOIN files f ON f.id = r.file_id WHERE {condition} ORDER BY f.path, r.line LIMIT {limit}"
-        );
-        Ok(self
-            .conn
-            .prepare_cached(&sql)?
-            .query_map(p, ref_row)?
-            .collect::<rusqlite::Result<_>>()?)
     }
 
     /// References that may mean a definition named `name`: by that name, or
     /// by a local alias some file imports it under; `limit` at most.
     pub fn refs_named(&self, name: &str, limit: usize) -> Result<Vec<Ref>> {
-        let mut refs = self.refs_where("r.name = ?2", limit, params![self.branch, name])?;
-        let aliases: Vec<String> = self
-            .conn
-            .prepare_cached(
-                "SELECT DISTINCT r.alias FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-                 WHERE r.name = ?2 AND r.kind = 'import' AND r.alias IS NOT NULL AND r.alias != r.name",
-            )?
-            .query_map(params![self.branch, name], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+        let mut refs = self.store.refs_named(&self.branch, name, true, limit)?;
+        let aliases = self.store.import_aliases(&self.branch, name)?;
         for alias in aliases {
             if refs.len() >= limit {
                 break;
             }
-            let aliased = self.refs_where(
-                "r.name = ?2 AND r.kind != 'import'",
-                limit - refs.len(),
-                params![self.branch, alias],
-            )?;
+            let aliased = self.store.refs_named(&self.branch, &alias, false, limit - refs.len())?;
             refs.extend(aliased);
         }
         Ok(refs)
@@ -473,17 +321,7 @@ impl<'c> Graph<'c> {
         if let Some((path, line)) = spec.rsplit_once(':') {
             if let (Ok(line), false) = (line.parse::<u32>(), path.is_empty() || path.ends_with(':')) {
                 let path = path.trim_start_matches("./");
-                let sql = format!(
-                    "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-                     JOIN files f ON f.id = s.file_id
-                     WHERE c.path = ?2 AND s.start_line <= ?3 AND s.end_line >= ?3
-                     ORDER BY s.start_line DESC, s.end_line ASC LIMIT 1"
-                );
-                let found = self
-                    .conn
-                    .prepare_cached(&sql)?
-                    .query_row(params![self.branch, path, line], symbol_row)
-                    .optional()?;
+                let found = self.store.symbol_at(&self.branch, path, line)?;
                 return Ok(found.into_iter().collect());
             }
         }
@@ -692,11 +530,9 @@ impl<'c> Graph<'c> {
     /// budget); true when references were left unexamined.
     fn callees_within(&mut self, symbol: &Symbol, depth: usize, budget: &mut usize) -> Result<(Vec<Edge>, bool)> {
         // A definition's references are in its own file (refs are clustered by file).
-        let refs = self.refs_where(
-            "r.file_id = ?2 AND r.caller = ?3",
-            budget.saturating_add(1),
-            params![self.branch, symbol.file_id, symbol.id],
-        )?;
+        let refs = self
+            .store
+            .refs_of_caller(&self.branch, symbol.file_id, symbol.id, budget.saturating_add(1))?;
         let cut = refs.len() > *budget;
         let mut out = Vec::new();
         for r in refs.iter().take(*budget) {
@@ -787,36 +623,18 @@ impl<'c> Graph<'c> {
 
     /// Every definition of the branch, in path and line order.
     pub fn all_symbols(&self) -> Result<Vec<Symbol>> {
-        let sql = format!(
-            "SELECT {SYMBOL_COLUMNS} FROM symbols s JOIN catalog c ON c.file_id = s.file_id AND c.branch = ?1
-             JOIN files f ON f.id = s.file_id ORDER BY f.path, s.line"
-        );
-        Ok(self
-            .conn
-            .prepare_cached(&sql)?
-            .query_map(params![self.branch], symbol_row)?
-            .collect::<rusqlite::Result<_>>()?)
+        self.store.all_symbols(&self.branch)
     }
 
     /// How often each file of the branch refers to each name (imports
-    /// aside: the uses count), unresolved: (path, name, count). Counted
-    /// here rather than by a `GROUP BY`, whose sort costs 4x the scan.
+    /// aside: the uses count), unresolved: (path, name, count).
     pub fn reference_counts(&self) -> Result<Vec<(String, String, u32)>> {
-        let mut counts: HashMap<(String, String), u32> = HashMap::new();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT c.path, r.name FROM refs r JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-             WHERE r.kind != 'import'",
-        )?;
-        let mut rows = stmt.query(params![self.branch])?;
-        while let Some(row) = rows.next()? {
-            *counts.entry((row.get(0)?, row.get(1)?)).or_default() += 1;
-        }
-        Ok(counts.into_iter().map(|((path, name), n)| (path, name, n)).collect())
+        self.store.reference_counts(&self.branch)
     }
 
     /// Every edge of the branch, in path and line order (for tests and benchmarks).
     pub fn all_edges(&mut self) -> Result<Vec<Edge>> {
-        let refs = self.refs_where("1 = 1", usize::MAX, params![self.branch])?;
+        let refs = self.store.all_refs(&self.branch)?;
         let mut out = Vec::new();
         for r in refs {
             out.extend(self.edges_of(&r, 1)?);

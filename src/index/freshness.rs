@@ -9,13 +9,9 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::index::INDEXED_BRANCH;
 use crate::source::discover::{self, DiscoverOptions, SkipReason};
 use crate::source::git;
-use crate::store::{self, Store};
-
-/// The meta key holding the pid of the process watching the root.
-pub const WATCHER_PID: &str = "watcher_pid";
+use crate::store::{self, MetaKey, Store};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Freshness {
@@ -48,9 +44,9 @@ impl Freshness {
         };
         Ok(Freshness {
             head_commit: head.commit,
-            indexed_branch: store.meta(INDEXED_BRANCH)?,
-            indexed_commit: store.meta("head_commit")?.filter(|c| !c.is_empty()),
-            indexed_at: store.meta("last_indexed_at")?,
+            indexed_branch: store.meta(MetaKey::IndexedBranch)?,
+            indexed_commit: store.meta(MetaKey::HeadCommit)?.filter(|c| !c.is_empty()),
+            indexed_at: store.meta(MetaKey::LastIndexedAt)?,
             pending_changes,
             watcher_pid: live_watcher(store)?,
             branch,
@@ -144,7 +140,7 @@ pub fn pending_changes(store: &Store, root: &Path, branch: &str, opts: &Discover
 
 /// The pid recorded by a watcher of this index, if that process still lives.
 pub fn live_watcher(store: &Store) -> Result<Option<u32>> {
-    let pid = store.meta(WATCHER_PID)?.and_then(|p| p.parse::<u32>().ok());
+    let pid = store.meta(MetaKey::WatcherPid)?.and_then(|p| p.parse::<u32>().ok());
     Ok(pid.filter(|&p| process_alive(p)))
 }
 

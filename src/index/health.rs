@@ -13,7 +13,7 @@ use crate::index::IndexOptions;
 use crate::source::discover::DiscoverOptions;
 use crate::source::git;
 use crate::store::vectors::{self, VectorIndex};
-use crate::store::{self, Store};
+use crate::store::{self, MetaKey, Orphans, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -41,49 +41,41 @@ pub struct HealthReport {
 }
 
 /// (check, severity, counting SQL, repairing SQL, message)
-const TABLE_CHECKS: &[(&str, Severity, &str, &str, &str)] = &[
+const TABLE_CHECKS: &[(&str, Orphans, Severity, &str)] = &[
     (
         "chunks_without_files",
+        Orphans::ChunksWithoutFiles,
         Severity::Error,
-        "SELECT count(*) FROM chunks WHERE file_id NOT IN (SELECT id FROM files)",
-        "DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE file_id NOT IN (SELECT id FROM files));
-         DELETE FROM chunk_symbols WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id NOT IN (SELECT id FROM files));
-         DELETE FROM chunks WHERE file_id NOT IN (SELECT id FROM files);",
         "chunks whose file version is gone",
     ),
     (
         "symbols_without_chunks",
+        Orphans::SymbolsWithoutChunks,
         Severity::Warning,
-        "SELECT count(*) FROM chunk_symbols WHERE chunk_id NOT IN (SELECT id FROM chunks)",
-        "DELETE FROM chunk_symbols WHERE chunk_id NOT IN (SELECT id FROM chunks);",
         "symbol names of chunks that are gone",
     ),
     (
         "chunks_without_text",
+        Orphans::ChunksWithoutText,
         Severity::Error,
-        "SELECT count(*) FROM chunks WHERE content_hash NOT IN (SELECT hash FROM contents)",
-        "",
         "chunks whose text is missing (run `ken index` with a fresh index: delete .ken/)",
     ),
     (
         "catalog_without_files",
+        Orphans::CatalogWithoutFiles,
         Severity::Error,
-        "SELECT count(*) FROM catalog WHERE file_id NOT IN (SELECT id FROM files)",
-        "DELETE FROM catalog WHERE file_id NOT IN (SELECT id FROM files);",
         "catalog entries pointing at missing file versions",
     ),
     (
         "unreferenced_file_versions",
+        Orphans::UnreferencedFileVersions,
         Severity::Warning,
-        "SELECT count(*) FROM files WHERE id NOT IN (SELECT file_id FROM catalog)",
-        "",
         "file versions no branch uses (kept until the next index of their path)",
     ),
     (
         "vectors_without_chunks",
+        Orphans::VectorsWithoutChunks,
         Severity::Warning,
-        "SELECT count(*) FROM embeddings WHERE content_hash NOT IN (SELECT content_hash FROM chunks)",
-        "DELETE FROM embeddings WHERE content_hash NOT IN (SELECT content_hash FROM chunks);",
         "vectors of text no chunk has any more",
     ),
 ];
@@ -145,15 +137,15 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
     // something derived is to be brought up to date and no one else writes.
     let mut writer = if repair {
         let store = Store::open_for_write(index_dir)?;
-        let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+        let lock = store.lock_for_write(store::WRITE_LOCK_TIMEOUT)?;
         Some((store, lock))
     } else {
         None
     };
 
     // A lexical index that does not match the chunks is rebuilt like a damaged database.
-    let fts_rows = store::count(&reader.conn, "SELECT count(*) FROM chunks_fts", [])?;
-    let chunk_rows = store::count(&reader.conn, "SELECT count(*) FROM chunks", [])?;
+    let fts_rows = reader.lexical_rows()?;
+    let chunk_rows = reader.counted_chunks()? as u64;
     if fts_rows != chunk_rows {
         let message = format!("{fts_rows} lexical rows for {chunk_rows} chunks");
         let repaired = repair && !rebuilt && {
@@ -161,7 +153,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
             let (kept, files) = rebuild(root, index_dir)?;
             reader = Store::open_for_read(index_dir)?;
             let store = Store::open_for_write(index_dir)?;
-            let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+            let lock = store.lock_for_write(store::WRITE_LOCK_TIMEOUT)?;
             writer = Some((store, lock));
             findings.push(Finding {
                 check: "lexical_rows".into(),
@@ -185,13 +177,13 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
         }
     }
 
-    for (name, severity, count_sql, repair_sql, message) in TABLE_CHECKS {
-        let count = store::count(&reader.conn, count_sql, [])?;
+    for (name, orphans, severity, message) in TABLE_CHECKS {
+        let count = reader.count_orphans(*orphans)?;
         if count == 0 {
             continue;
         }
         let repaired = match &writer {
-            Some((w, _)) if repair && !repair_sql.is_empty() => w.conn.execute_batch(repair_sql).is_ok(),
+            Some((w, _)) if repair && orphans.repairable() => w.delete_orphans(*orphans).is_ok(),
             _ => false,
         };
         findings.push(Finding {
@@ -232,25 +224,12 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
     }
 
     let branch = git::head(root).catalog_key();
-    if let Some(model) = reader.meta("embedding_model")? {
-        let dims: usize = reader
-            .meta("embedding_dimensions")?
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
-        let wrong_size = store::count(
-            &reader.conn,
-            "SELECT count(*) FROM embeddings WHERE model = ?1 AND length(vector) != ?2",
-            rusqlite::params![model, (dims * 4) as i64],
-        )?;
+    if let Some(model) = reader.meta(MetaKey::EmbeddingModel)? {
+        let dims: usize = reader.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0);
+        let wrong_size = reader.vectors_of_wrong_size(&model, dims)?;
         if wrong_size > 0 {
             let repaired = match &writer {
-                Some((w, _)) if repair => w
-                    .conn
-                    .execute(
-                        "DELETE FROM embeddings WHERE model = ?1 AND length(vector) != ?2",
-                        rusqlite::params![model, (dims * 4) as i64],
-                    )
-                    .is_ok(),
+                Some((w, _)) if repair => w.delete_vectors_of_wrong_size(&model, dims).is_ok(),
                 _ => false,
             };
             findings.push(Finding {
@@ -261,12 +240,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
                 repaired,
             });
         }
-        let missing = store::count(
-            &reader.conn,
-            "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = c.content_hash AND e.model = ?2)",
-            rusqlite::params![branch, model],
-        )?;
+        let missing = reader.branch_contents_without_vectors(&branch, &model)?;
         if missing > 0 {
             findings.push(Finding {
                 check: "chunks_without_vectors".into(),
@@ -276,11 +250,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
                 repaired: false,
             });
         }
-        let rows = store::count(
-            &reader.conn,
-            "SELECT count(*) FROM embeddings WHERE model = ?1",
-            [&model],
-        )?;
+        let rows = reader.vector_count(&model)?;
         let in_file = VectorIndex::open(&reader, &model, dims)
             .ok()
             .flatten()

@@ -31,7 +31,9 @@ use crate::source::chunk::{self, chunk_and_graph, ChunkLimits};
 use crate::source::discover::{self, Candidate, DiscoverOptions, SkipCounts, SkipReason};
 use crate::source::git;
 use crate::source::lang;
-use crate::store::{self, content_hash, now_rfc3339, Batch, CatalogEntry, NewFileVersion, SkippedEntry, Store};
+use crate::store::{
+    self, content_hash, now_rfc3339, Batch, CatalogEntry, MetaKey, NewFileVersion, SkippedEntry, Store,
+};
 
 /// Runs that change at least this many files load the lexical index in bulk.
 const BULK_FILES: usize = 1000;
@@ -56,7 +58,7 @@ impl Default for IndexOptions {
         IndexOptions {
             discover: DiscoverOptions::default(),
             limits: ChunkLimits::default(),
-            lock_timeout: Duration::from_secs(120),
+            lock_timeout: store::WRITE_LOCK_TIMEOUT,
             reporter: Reporter::default(),
             batch_files: 500,
             graph: true,
@@ -178,8 +180,8 @@ fn index_once(
     let mut store = Store::open_for_write(index_dir)?;
     let _lock = store.lock_for_write(opts.lock_timeout)?;
     let chunking = chunk::chunking_fingerprint(&opts.limits);
-    let has_files = store::count(&store.conn, "SELECT count(*) FROM files", [])? > 0;
-    if has_files && store.meta("chunking")?.as_deref() != Some(chunking.as_str()) {
+    let has_files = store.has_files()?;
+    if has_files && store.meta(MetaKey::Chunking)?.as_deref() != Some(chunking.as_str()) {
         let kept;
         (store, kept) = store.rebuild_keeping_vectors()?;
         eprintln!(
@@ -187,11 +189,11 @@ fn index_once(
             kept.describe()
         );
     }
-    store.set_meta("chunking", &chunking)?;
+    store.set_meta(MetaKey::Chunking, &chunking)?;
 
     let mut catalog = store.catalog(&branch)?;
     let mut skipped = store.skipped(&branch)?;
-    let last_branch = store.meta(INDEXED_BRANCH)?;
+    let last_branch = store.meta(MetaKey::IndexedBranch)?;
     let switched = last_branch.as_deref().is_some_and(|b| b != branch);
     let mut seed_from = None;
     if catalog.is_empty() {
@@ -321,13 +323,13 @@ fn index_once(
         fill_totals(&store, &branch, &mut report)?;
     } else {
         // The per-language and chunk totals cost a join over the branch: the watcher needs neither.
-        report.files = store::count(&store.conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [&branch])?;
+        report.files = store.branch_file_count(&branch)?;
     }
     // The chunk count is written with every batch that changes the chunks;
     // an index of an older ken, or one repaired by SQL, may still lack it.
     let all_chunks = match store.chunk_count_drift()? {
         Some(_) => store.store_chunk_count()?,
-        None => store::count(&store.conn, "SELECT count(*) FROM chunks", [])? as i64,
+        None => store.counted_chunks()?,
     };
     // Whole runs recount the common terms when chunks changed since they
     // were counted (in this run or in one killed before it recounted); the
@@ -348,38 +350,29 @@ fn index_once(
         tracing::info!("indexing: checked after {:.2} s", started.elapsed().as_secs_f64());
     }
     report.seconds = started.elapsed().as_secs_f64();
-    store.set_meta("last_indexed_at", &now_rfc3339())?;
-    store.set_meta("root", &report.root)?;
-    store.set_meta(INDEXED_BRANCH, &branch)?;
+    store.set_meta(MetaKey::LastIndexedAt, &now_rfc3339())?;
+    store.set_meta(MetaKey::Root, &report.root)?;
+    store.set_meta(MetaKey::IndexedBranch, &branch)?;
     if scope.is_none() {
         // A scoped run's skip counts cover its folders only: `ken status` keeps the last whole run's.
-        store.set_meta("last_index_report", &serde_json::to_string(&report)?)?;
+        store.set_meta(MetaKey::LastIndexReport, &serde_json::to_string(&report)?)?;
     }
-    store.set_meta("head_commit", head.commit.as_deref().unwrap_or(""))?;
+    store.set_meta(MetaKey::HeadCommit, head.commit.as_deref().unwrap_or(""))?;
     Ok(report)
 }
 
 /// (path, content hash) of the stored file versions, any branch: of `only`
 /// these paths (a few changed files), or of all.
 fn known_versions(store: &Store, only: Option<&Vec<Candidate>>) -> Result<HashMap<String, Vec<i64>>> {
+    let Some(candidates) = only else {
+        return store.all_versions();
+    };
     let mut map: HashMap<String, Vec<i64>> = HashMap::new();
-    if let Some(candidates) = only {
-        let mut stmt = store.conn.prepare("SELECT content_hash FROM files WHERE path = ?1")?;
-        for c in candidates {
-            let hashes: Vec<i64> = stmt
-                .query_map([&c.rel_path], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            if !hashes.is_empty() {
-                map.insert(c.rel_path.clone(), hashes);
-            }
+    for c in candidates {
+        let hashes = store.versions_of(&c.rel_path)?;
+        if !hashes.is_empty() {
+            map.insert(c.rel_path.clone(), hashes);
         }
-        return Ok(map);
-    }
-    let mut stmt = store.conn.prepare("SELECT path, content_hash FROM files")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-    for row in rows {
-        let (path, hash) = row?;
-        map.entry(path).or_default().push(hash);
     }
     Ok(map)
 }
@@ -438,9 +431,6 @@ fn read_and_chunk(
         },
     }
 }
-
-/// The meta key of the catalog key indexed last.
-pub const INDEXED_BRANCH: &str = "indexed_branch";
 
 /// What the writer thread is to do besides storing outcomes.
 struct WritePlan<'a> {
@@ -590,20 +580,10 @@ pub struct BranchTotals {
 
 impl BranchTotals {
     pub fn read(store: &Store, branch: &str) -> Result<BranchTotals> {
-        let conn = &store.conn;
         Ok(BranchTotals {
-            files: store::count(conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [branch])?,
-            chunks: store::count(
-                conn,
-                "SELECT count(*) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
-                [branch],
-            )?,
-            languages: store::counts_by(
-                conn,
-                "SELECT f.language, count(*) FROM catalog k JOIN files f ON f.id = k.file_id
-                 WHERE k.branch = ?1 GROUP BY f.language",
-                [branch],
-            )?,
+            files: store.branch_file_count(branch)?,
+            chunks: store.branch_chunk_count(branch)?,
+            languages: store.branch_languages(branch)?,
         })
     }
 }

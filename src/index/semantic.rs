@@ -9,16 +9,15 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::adapter;
-use crate::embed::cache::SharedCache;
-use crate::embed::text::{embedding_text, signature_model, signature_texts};
+use crate::embed::text::{cache_model, embedding_text, signature_model, signature_texts};
 use crate::embed::{configured_embedder, Embedder, InputKind};
 use crate::index::progress::Reporter;
+use crate::store::cache::SharedCache;
 use crate::store::vectors::{self, Quantization, VectorIndex};
-use crate::store::{self, Store};
+use crate::store::{MetaKey, Store, WRITE_LOCK_TIMEOUT};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EmbedReport {
@@ -84,10 +83,6 @@ pub fn embed_missing_until(
 /// embedding the same index before it leaves the work to it.
 const EMBEDDER_WAIT: Duration = Duration::from_secs(120);
 
-/// How long an embedding batch waits for the writer lock to commit (an index
-/// run holds it for seconds, never for a pass).
-const COMMIT_WAIT: Duration = Duration::from_secs(120);
-
 /// One embedding pass per index at a time: the process holding this lock
 /// embeds, others leave the work to it (a server) or wait (`ken index`). It
 /// is held apart from the writer lock, which a pass takes only to commit each
@@ -147,9 +142,6 @@ impl EmbedderLock {
     }
 }
 
-/// The meta key holding why the last embedding pass failed, until one finishes.
-const EMBEDDING_FAILURE: &str = "embedding_failure";
-
 /// Remembers why an embedding pass failed (a provider that did not answer),
 /// or that one finished, so a search without vectors says what happened.
 /// Best effort: the pass's own outcome is what the caller reports.
@@ -157,16 +149,16 @@ fn record_embedding_failure(store: &Store, failure: Option<&anyhow::Error>) {
     match failure {
         Some(e) => {
             let text: String = format!("{e:#}").chars().take(400).collect();
-            let _ = store.set_meta(EMBEDDING_FAILURE, &text);
+            let _ = store.set_meta(MetaKey::EmbeddingFailure, &text);
         }
         None => {
             if store
-                .meta(EMBEDDING_FAILURE)
+                .meta(MetaKey::EmbeddingFailure)
                 .ok()
                 .flatten()
                 .is_some_and(|f| !f.is_empty())
             {
-                let _ = store.set_meta(EMBEDDING_FAILURE, "");
+                let _ = store.set_meta(MetaKey::EmbeddingFailure, "");
             }
         }
     }
@@ -178,7 +170,12 @@ pub fn why_no_vectors(store: &Store) -> String {
     if crate::index::watch::embeddings_off(store) {
         return "the index was built with --no-embed (`ken embed` computes the embeddings)".to_string();
     }
-    match store.meta(EMBEDDING_FAILURE).ok().flatten().filter(|f| !f.is_empty()) {
+    match store
+        .meta(MetaKey::EmbeddingFailure)
+        .ok()
+        .flatten()
+        .filter(|f| !f.is_empty())
+    {
         Some(failure) => format!("the index has no embeddings: its last embedding pass failed: {failure}"),
         None => "the index has no embeddings yet (`ken index` or `ken embed` computes them)".to_string(),
     }
@@ -193,20 +190,19 @@ fn embed_pass(
 ) -> Result<(EmbedReport, bool)> {
     let started = Instant::now();
     let model = embedder.id().to_string();
-    let contents = store::count(
-        &store.conn,
-        "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
-        [branch],
-    )?;
+    let contents = store.branch_distinct_contents(branch)?;
     // Vectors of this model are about to be added beside another model's:
     // the prune once it is complete must run again.
-    if store.meta(PRUNED_FOR)?.is_some_and(|pruned| pruned != model) {
-        store.set_meta(PRUNED_FOR, "")?;
+    if store
+        .meta(MetaKey::VectorsPrunedFor)?
+        .is_some_and(|pruned| pruned != model)
+    {
+        store.set_meta(MetaKey::VectorsPrunedFor, "")?;
     }
     let chunks = missing(store, branch, &model, false, |context, symbol, _, text| {
         vec![embedding_text(context, symbol, text)]
     })?;
-    let shared = SharedCache::open();
+    let shared = SharedCache::open(&crate::embed::model::cache_root().join("vectors.db"));
     let mut pass = EmbedPass {
         store,
         embedder,
@@ -219,7 +215,7 @@ fn embed_pass(
     if chunk_side.finished && chunk_side.embedded > 0 {
         // Every chunk searchable now: the signatures and the adapter fit that
         // follow only sharpen the ranking, and take a third of a first run.
-        let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
+        let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
         publish(pass.store, embedder)?;
     }
     // Signatures after the chunks: the chunk vectors make semantic search,
@@ -252,7 +248,7 @@ fn embed_pass(
     } else {
         false
     };
-    let _writer = store.lock_for_write(COMMIT_WAIT)?;
+    let _writer = store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
     let in_index = publish(store, embedder)?;
     if chunk_side.finished && signature_side.finished {
         // Housekeeping: the vectors are complete and published whether or not it works.
@@ -281,15 +277,15 @@ fn embed_pass(
 /// fit still stands for the branch's `contents`; `false` when paused or
 /// cancelled before the end (nothing is saved).
 fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64) -> Result<bool> {
-    let conn = &pass.store.conn;
+    let store = &*pass.store;
     let method = adapter::Method::from_env()?;
-    if adapter::is_current(conn, model, method, contents)? {
+    if adapter::is_current(store, model, method, contents)? {
         return Ok(true);
     }
-    let mut pairs = adapter::training_pairs(conn, branch, method, embedding_text)?;
+    let mut pairs = adapter::training_pairs(store, branch, method, embedding_text)?;
     if pairs.len() < adapter::MIN_PAIRS {
-        let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
-        adapter::save(conn, model, method, contents, pairs.len(), None)?;
+        let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
+        adapter::save(store, model, method, contents, pairs.len(), None)?;
         return Ok(true);
     }
     let started = Instant::now();
@@ -318,12 +314,12 @@ fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64)
         pairs = keep.iter().map(|&i| pairs[i].clone()).collect();
     }
     let hashes: Vec<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
-    let negatives = adapter::negatives(conn, branch, model, &hashes, adapter::NEGATIVES)?;
+    let negatives = adapter::negatives(store, branch, model, &hashes, adapter::NEGATIVES)?;
     let mut fit = adapter::fit(&questions, &targets, &negatives, method);
     let leads = adapter::lead_words(pairs.iter().map(|(_, question, _)| question.as_str()));
     fit.adapter = fit.adapter.map(|a| a.led_by(leads));
-    let _writer = pass.store.lock_for_write(COMMIT_WAIT)?;
-    adapter::save(conn, model, method, contents, pairs.len(), Some(&fit))?;
+    let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
+    adapter::save(store, model, method, contents, pairs.len(), Some(&fit))?;
     tracing::info!(
         "query adapter fitted on {} pairs against {} stored chunks ({}) in {:.2} s ({:.2} s embedding them)",
         pairs.len(),
@@ -349,26 +345,14 @@ fn missing(
 ) -> Result<Vec<(i64, Vec<String>)>> {
     // Unnamed chunks never get a signature: not reading their text keeps a
     // run with nothing to do cheap.
-    let mut stmt = store.conn.prepare(
-        "SELECT t.hash, min(c.context), t.text, min(c.symbol), min(c.kind) FROM chunks c
-         JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-         JOIN contents t ON t.hash = c.content_hash
-         WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
-           AND (NOT ?3 OR c.symbol IS NOT NULL)
-         GROUP BY t.hash",
-    )?;
     let mut todo = Vec::new();
-    let mut rows = stmt.query(params![branch, model, named_only])?;
-    while let Some(r) = rows.next()? {
-        let context: Option<String> = r.get(1)?;
-        let text: String = r.get(2)?;
-        let symbol: Option<String> = r.get(3)?;
-        let kind: String = r.get(4)?;
-        let texts = text_of(context.as_deref(), symbol.as_deref(), &kind, &text);
+    store.for_each_content_without_vectors(branch, model, named_only, |c| {
+        let texts = text_of(c.context.as_deref(), c.symbol.as_deref(), &c.kind, &c.text);
         if !texts.is_empty() {
-            todo.push((r.get::<_, i64>(0)?, texts));
+            todo.push((c.hash, texts));
         }
-    }
+        Ok(())
+    })?;
     todo.sort_by_key(|(_, texts)| texts.iter().map(String::len).max());
     Ok(todo)
 }
@@ -415,25 +399,17 @@ impl EmbedPass<'_> {
             let (vectors, cached) = embed_batch(self.embedder, self.model, self.shared, batch)?;
             count.from_cache += cached;
             let mut rejected = 0;
-            let _writer = self.store.lock_for_write(COMMIT_WAIT)?;
-            let tx = self.store.conn.transaction()?;
-            {
-                let mut next_id = crate::store::next_embedding_id(&tx)?;
-                let mut insert = tx.prepare_cached(
-                    "INSERT INTO embeddings (id, content_hash, model, vector) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (content_hash, model) DO NOTHING",
-                )?;
-                for ((hash, _), vector) in batch.iter().zip(&vectors) {
-                    // A degenerate vector (the provider warned) is not stored.
-                    if vector.is_empty() {
-                        rejected += 1;
-                        continue;
-                    }
-                    next_id += insert.execute(params![next_id, hash, self.model, vectors::encode(vector)])? as i64;
+            let _writer = self.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
+            let mut rows = Vec::with_capacity(batch.len());
+            for ((hash, _), vector) in batch.iter().zip(&vectors) {
+                // A degenerate vector (the provider warned) is not stored.
+                if vector.is_empty() {
+                    rejected += 1;
+                    continue;
                 }
-                crate::store::issued_embedding_ids(&tx, next_id - 1)?;
+                rows.push((*hash, vector.as_slice()));
             }
-            tx.commit()?;
+            self.store.insert_vectors(self.model, &rows)?;
             count.embedded += (batch.len() as u64 - cached).saturating_sub(rejected);
             progress.inc(batch.len() as u64);
             if publish_now_and_then && last_publish.elapsed() >= PUBLISH_EVERY {
@@ -460,7 +436,7 @@ fn embed_batch(
     let texts: Vec<&str> = batch.iter().flat_map(|(_, t)| t.iter().map(String::as_str)).collect();
     let keys: Vec<i64> = texts.iter().map(|t| crate::store::content_hash(t.as_bytes())).collect();
     let mut vectors: Vec<Option<Vec<f32>>> = match shared {
-        Some(cache) => keys.iter().map(|k| cache.get(model, *k)).collect(),
+        Some(cache) => keys.iter().map(|k| cache.get(cache_model(model), *k)).collect(),
         None => vec![None; texts.len()],
     };
     let from_cache: Vec<bool> = vectors.iter().map(Option::is_some).collect();
@@ -470,7 +446,7 @@ fn embed_batch(
         let computed = embedder.embed(&to_embed, InputKind::Document)?;
         for (&i, vector) in missing.iter().zip(computed) {
             if let (Some(cache), false) = (shared, vector.is_empty()) {
-                cache.put(model, keys[i], &vector);
+                cache.put(cache_model(model), keys[i], &vector);
             }
             vectors[i] = Some(vector);
         }
@@ -502,23 +478,17 @@ const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 fn publish(store: &Store, embedder: &dyn Embedder) -> Result<usize> {
     let model = embedder.id();
     let dimensions = match embedder.dimensions() {
-        0 => store
-            .meta("embedding_dimensions")?
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0),
+        0 => store.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0),
         d => d,
     };
     if dimensions == 0 {
         return Ok(0);
     }
     let in_index = VectorIndex::sync(store, model, dimensions, Quantization::from_env()?)?;
-    store.set_meta("embedding_model", model)?;
-    store.set_meta("embedding_dimensions", &dimensions.to_string())?;
+    store.set_meta(MetaKey::EmbeddingModel, model)?;
+    store.set_meta(MetaKey::EmbeddingDimensions, &dimensions.to_string())?;
     Ok(in_index)
 }
-
-/// The model whose complete vectors were last pruned to (see [`prune_other_vectors`]).
-const PRUNED_FOR: &str = "vectors_pruned_for";
 
 /// Once the vectors of `model` (and its signatures) are complete, drops the
 /// ones another model or recipe made (a changed token budget, provider or
@@ -526,13 +496,10 @@ const PRUNED_FOR: &str = "vectors_pruned_for";
 /// switch back re-embeds through the per-user cache. Done once per model
 /// (the scan reads the whole table).
 fn prune_other_vectors(store: &Store, model: &str, signature_model: &str) -> Result<()> {
-    if store.meta(PRUNED_FOR)?.as_deref() == Some(model) {
+    if store.meta(MetaKey::VectorsPrunedFor)?.as_deref() == Some(model) {
         return Ok(());
     }
-    let removed = store.conn.execute(
-        "DELETE FROM embeddings WHERE model NOT IN (?1, ?2)",
-        params![model, signature_model],
-    )?;
+    let removed = store.delete_vectors_except(model, signature_model)?;
     let current = vectors::vectors_path(&store.dir, model);
     let mut files = 0;
     for entry in std::fs::read_dir(&store.dir)?.flatten() {
@@ -547,7 +514,7 @@ fn prune_other_vectors(store: &Store, model: &str, signature_model: &str) -> Res
     if removed > 0 || files > 0 {
         tracing::info!("dropped {removed} vectors and {files} vector files of other models than {model}");
     }
-    store.set_meta(PRUNED_FOR, model)?;
+    store.set_meta(MetaKey::VectorsPrunedFor, model)?;
     Ok(())
 }
 
@@ -559,7 +526,7 @@ pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter:
     let _embedder = EmbedderLock::wait(index_dir, EMBEDDER_WAIT)?;
     let (embedder, provider) = configured_embedder().inspect_err(|e| record_embedding_failure(&store, Some(e)))?;
     let branch = crate::source::git::head(root).catalog_key();
-    if let Some(previous) = store.meta("embedding_model")? {
+    if let Some(previous) = store.meta(MetaKey::EmbeddingModel)? {
         if previous != embedder.id() {
             eprintln!(
                 "ken: the embedding model changed ({previous} -> {}); embedding every chunk again",
@@ -567,6 +534,6 @@ pub fn embed_root(root: &std::path::Path, index_dir: &std::path::Path, reporter:
             );
         }
     }
-    store.set_meta("embedding_provider", &provider)?;
+    store.set_meta(MetaKey::EmbeddingProvider, &provider)?;
     embed_missing(&mut store, &branch, embedder.as_ref(), reporter)
 }

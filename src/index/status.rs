@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::index::{BranchTotals, IndexReport};
 use crate::source::discover::SkipCounts;
 use crate::source::git;
-use crate::store::{self, Store, SCHEMA_VERSION};
+use crate::store::{MetaKey, Store, SCHEMA_VERSION};
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Status {
@@ -51,21 +51,10 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let head = git::head(root);
     let branch = head.catalog_key();
     let totals = BranchTotals::read(&store, &branch)?;
-    let branches = store::counts_by(&store.conn, "SELECT branch, count(*) FROM catalog GROUP BY branch", [])?;
-    let embedding_model = store.meta("embedding_model")?;
-    let distinct_contents = store::count(
-        &store.conn,
-        "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
-        [&branch],
-    )?;
-    let vectors_of = |model: &str| {
-        store::count(
-            &store.conn,
-            "SELECT count(*) FROM embeddings e WHERE e.model = ?2 AND e.content_hash IN
-                 (SELECT c.content_hash FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1)",
-            rusqlite::params![branch, model],
-        )
-    };
+    let branches = store.files_per_branch()?;
+    let embedding_model = store.meta(MetaKey::EmbeddingModel)?;
+    let distinct_contents = store.branch_distinct_contents(&branch)?;
+    let vectors_of = |model: &str| store.branch_vector_count(&branch, model);
     let (embedded_contents, signature_vectors) = match &embedding_model {
         Some(model) => (
             vectors_of(model)?,
@@ -74,7 +63,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         None => (0, 0),
     };
     let last: Option<IndexReport> = store
-        .meta("last_index_report")?
+        .meta(MetaKey::LastIndexReport)?
         .and_then(|json| serde_json::from_str(&json).ok());
     let freshness = crate::index::freshness::Freshness::read(&store, root, true)?;
     Ok(Status {
@@ -87,7 +76,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         files: totals.files,
         chunks: totals.chunks,
         languages: totals.languages,
-        last_indexed_at: store.meta("last_indexed_at")?,
+        last_indexed_at: store.meta(MetaKey::LastIndexedAt)?,
         last_index_seconds: last.as_ref().map(|r| r.seconds),
         index_bytes: store.disk_size(),
         skipped: last.map(|r| r.skipped).unwrap_or_default(),
@@ -103,7 +92,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         embedding_model: embedding_model.clone(),
         query_adapter_pairs: embedding_model
             .as_deref()
-            .and_then(|model| crate::embed::adapter::fitted_pairs(&store.conn, model)),
-        query_adapter_fit: crate::embed::adapter::summary(&store.conn),
+            .and_then(|model| crate::embed::adapter::fitted_pairs(&store, model)),
+        query_adapter_fit: crate::embed::adapter::summary(&store),
     })
 }

@@ -30,13 +30,12 @@ use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, N
 use serde_json::json;
 
 use crate::embed::Embedder;
-use crate::index::freshness::WATCHER_PID;
 use crate::index::semantic;
 use crate::index::{self, IndexOptions, IndexReport};
 use crate::source::discover::{self, Start};
 use crate::source::git;
 use crate::store::vectors::{self, VectorIndex};
-use crate::store::Store;
+use crate::store::{MetaKey, Store};
 
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
@@ -97,13 +96,13 @@ const SERVER_EMBED_AFTER: Duration = Duration::from_secs(5);
 /// one that is has gone.
 const EMBEDDER_RETRY: Duration = Duration::from_secs(5);
 
-/// The meta key that says the user turned embeddings off for this index
-/// (`ken index --no-embed`); `ken index` or `ken embed` turns them on again.
-pub const EMBEDDINGS_OFF: &str = "embeddings_off";
-
 /// Whether the user built this index without embeddings and wants it so.
 pub fn embeddings_off(store: &Store) -> bool {
-    store.meta(EMBEDDINGS_OFF).ok().flatten().is_some_and(|v| v == "1")
+    store
+        .meta(MetaKey::EmbeddingsOff)
+        .ok()
+        .flatten()
+        .is_some_and(|v| v == "1")
 }
 
 /// Live counters of a running watcher.
@@ -352,7 +351,7 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
     }
     {
         let store = Store::open_for_write(index_dir)?;
-        store.set_meta(WATCHER_PID, &std::process::id().to_string())?;
+        store.set_meta(MetaKey::WatcherPid, &std::process::id().to_string())?;
     }
     let poll = opts.poll || is_network_fs(&root);
     if poll && !opts.poll {
@@ -454,8 +453,8 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         }
     }
     if let Ok(store) = Store::open_for_write(index_dir) {
-        if store.meta(WATCHER_PID).ok().flatten() == Some(std::process::id().to_string()) {
-            let _ = store.conn.execute("DELETE FROM meta WHERE key = ?1", [WATCHER_PID]);
+        if store.meta(MetaKey::WatcherPid).ok().flatten() == Some(std::process::id().to_string()) {
+            let _ = store.delete_meta(MetaKey::WatcherPid);
         }
     }
     w.event(json!({"event": "stopped"}), || "stopped watching".to_string());
@@ -568,7 +567,7 @@ impl Watcher<'_> {
             if head.commit != self.commit {
                 let store = Store::open_for_write(self.index_dir)?;
                 let _lock = store.lock_for_write(self.opts.index.lock_timeout)?;
-                store.set_meta("head_commit", head.commit.as_deref().unwrap_or(""))?;
+                store.set_meta(MetaKey::HeadCommit, head.commit.as_deref().unwrap_or(""))?;
                 self.commit = head.commit;
             }
             return Ok(());
@@ -644,7 +643,7 @@ impl Watcher<'_> {
             match crate::embed::configured_embedder() {
                 Ok((embedder, provider)) => {
                     let store = Store::open_for_write(self.index_dir)?;
-                    store.set_meta("embedding_provider", &provider)?;
+                    store.set_meta(MetaKey::EmbeddingProvider, &provider)?;
                     self.embedder = Some(embedder);
                 }
                 Err(e) => {
@@ -728,8 +727,7 @@ pub fn dead_branches(store: &Store, root: &Path) -> Result<Vec<String>> {
     };
     let head = git::head(root);
     let current = head.catalog_key();
-    let mut stmt = store.conn.prepare("SELECT DISTINCT branch FROM catalog")?;
-    let keys: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let keys = store.branches()?;
     Ok(keys
         .into_iter()
         .filter(|k| *k != current && !live.contains(k))
@@ -742,22 +740,14 @@ pub fn dead_branches(store: &Store, root: &Path) -> Result<Vec<String>> {
 pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
     let batch = crate::store::Batch::begin(store)?;
     for branch in branches {
-        let paths: Vec<String> = batch
-            .conn()
-            .prepare("SELECT path FROM catalog WHERE branch = ?1")?
-            .query_map([branch], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        for path in paths {
+        for path in batch.catalog_paths(branch)? {
             batch.remove_from_catalog(branch, &path)?;
         }
         batch.remove_branch_skipped(branch)?;
     }
     batch.commit()?;
-    if let Some(model) = store.meta("embedding_model")? {
-        let dims: usize = store
-            .meta("embedding_dimensions")?
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
+    if let Some(model) = store.meta(MetaKey::EmbeddingModel)? {
+        let dims: usize = store.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0);
         if dims > 0 {
             VectorIndex::sync(store, &model, dims, vectors::Quantization::from_env()?)?;
         }

@@ -265,7 +265,7 @@ impl KenServer {
         if force {
             // Under the writer lock, and the WAL with the database: never a half-deleted index.
             let store = crate::store::Store::open_for_write(&self.index_dir)?;
-            let lock = store.lock_for_write(std::time::Duration::from_secs(120))?;
+            let lock = store.lock_for_write(crate::store::WRITE_LOCK_TIMEOUT)?;
             drop(store.recreate()?);
             drop(lock);
         }

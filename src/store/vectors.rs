@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
-use crate::store::Store;
+use super::{MetaKey, Store};
 
 /// Candidates considered when linking a new vector (usearch's default is
 /// 128). On 51.8k real chunk vectors the walk finds 94.3% of the true 160
@@ -158,26 +158,21 @@ impl VectorIndex {
     /// rebuilds it when it cannot be trusted or holds too many removed ones.
     pub fn sync(store: &Store, embedder_id: &str, dimensions: usize, quantization: Quantization) -> Result<usize> {
         let path = vectors_path(&store.dir, embedder_id);
-        let rows: i64 =
-            store
-                .conn
-                .query_row("SELECT count(*) FROM embeddings WHERE model = ?1", [embedder_id], |r| {
-                    r.get(0)
-                })?;
-        let meta_key = format!("vectors_max_id:{embedder_id}");
-        let removed_key = format!("vectors_removed:{embedder_id}");
-        let stored_max: i64 = store.meta(&meta_key)?.and_then(|v| v.parse().ok()).unwrap_or(-1);
+        let rows = store.vector_count(embedder_id)?;
+        let meta_key = MetaKey::VectorsMaxId(embedder_id);
+        let removed_key = MetaKey::VectorsRemoved(embedder_id);
+        let stored_max: i64 = store.meta_parsed(meta_key)?.unwrap_or(-1);
         let index = new_index(dimensions, quantization)?;
         let loaded =
             path.is_file() && stored_max >= 0 && index.load(path.to_str().context("non-UTF-8 index path")?).is_ok();
         // The removal count is kept from the first build of a build that
         // never reuses ids; a file without it may hold a stale vector under a
         // reused id, so it is rebuilt once.
-        let removed_before: Option<usize> = store.meta(&removed_key)?.and_then(|v| v.parse().ok());
+        let removed_before: Option<usize> = store.meta_parsed(removed_key)?;
         let mut removed = 0usize;
         // With the file usable as it is: the removals since its last build.
         let removed_in_all = if loaded && index.dimensions() == dimensions && removed_before.is_some() {
-            // Ids are never reused (`store::next_embedding_id`), so a key whose row
+            // Ids are never reused (`store::embeddings`), so a key whose row
             // is gone is a vector to remove, and every other key still holds
             // its row's vector.
             let mut stmt = store
@@ -237,8 +232,8 @@ impl VectorIndex {
                 .save(tmp.to_str().context("non-UTF-8 index path")?)
                 .map_err(|e| anyhow!("saving the vector index: {e}"))?;
             std::fs::rename(&tmp, &path).with_context(|| format!("publishing {}", path.display()))?;
-            store.set_meta(&meta_key, &max_id.to_string())?;
-            store.set_meta(&removed_key, &removed_in_all.unwrap_or(0).to_string())?;
+            store.set_meta(meta_key, &max_id.to_string())?;
+            store.set_meta(removed_key, &removed_in_all.unwrap_or(0).to_string())?;
         }
         Ok(index.size())
     }

@@ -897,18 +897,8 @@ fn package_name(path: &str) -> Option<String> {
 fn importers(graph: &Graph, root: &Path, path: &str) -> Result<Vec<String>> {
     let stem = module_stem(path);
     let python = crate::source::lang::for_path(Path::new(path)).is_some_and(|l| l.name == "python");
-    let (conn, branch) = graph.connection();
-    let mut stmt = conn.prepare_cached(
-        // CROSS JOIN keeps the import rows (an index of their own) the outer loop;
-        // the planner would otherwise read every reference of the branch.
-        "SELECT DISTINCT c.path, r.module, r.name FROM refs r CROSS JOIN catalog c ON c.file_id = r.file_id AND c.branch = ?1
-         WHERE r.kind = 'import' AND (r.module LIKE '%' || ?2 || '%' OR r.name = ?2) ORDER BY c.path",
-    )?;
-    let rows: Vec<(String, Option<String>, String)> = stmt
-        .query_map(rusqlite::params![branch, stem], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let (store, branch) = graph.store();
+    let rows = store.imports_mentioning(branch, &stem)?;
     let mut out: Vec<String> = rows
         .into_iter()
         .filter(|(_, m, name)| {
@@ -987,12 +977,8 @@ fn reexport_users(graph: &Graph, root: &Path, path: &str, symbols: &[ChangedSymb
 /// Test files of the branch named after a module `stem` by a test naming
 /// convention (`test_x.py`, `x_test.go`, `XTest.java`, `x.test.ts`, ...).
 fn named_after_in_index(graph: &Graph, stem: &str) -> Result<Vec<String>> {
-    let (conn, branch) = graph.connection();
-    let mut stmt =
-        conn.prepare_cached("SELECT path FROM catalog WHERE branch = ?1 AND path LIKE '%' || ?2 || '%' ORDER BY path")?;
-    let paths: Vec<String> = stmt
-        .query_map(rusqlite::params![branch, stem], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let (store, branch) = graph.store();
+    let paths = store.branch_paths_containing(branch, stem)?;
     Ok(paths
         .into_iter()
         .filter(|p| is_test_path(p) && super::test_named_after(p, stem))

@@ -1,26 +1,29 @@
-//! The per-user vector cache shared by every index of the user.
+//! The per-user vector cache: a SQLite database of its own (not the
+//! index's), shared by every index of the user.
+
+use std::path::Path;
 
 use rusqlite::params;
 
-use crate::embed::text::cache_model;
-use crate::store::vectors;
+use super::vectors;
 
-/// A per-user SQLite cache of vectors keyed by embedder id and the hash of
-/// the exact text embedded, shared by every index of the user (clones,
-/// worktrees, vendored copies). Best effort: if it cannot be opened or
-/// written, embedding goes on without it. `KEN_SHARED_CACHE=0` disables it.
+/// A per-user SQLite cache of vectors keyed by the embedder (its id without
+/// the recipe's version) and the hash of the exact text embedded, shared by
+/// every index of the user (clones, worktrees, vendored copies). Best
+/// effort: if it cannot be opened or written, embedding goes on without it.
+/// `KEN_SHARED_CACHE=0` disables it.
 pub struct SharedCache {
     conn: rusqlite::Connection,
 }
 
 impl SharedCache {
-    pub fn open() -> Option<SharedCache> {
+    /// Opens (creating it if needed) the cache database at `path`.
+    pub fn open(path: &Path) -> Option<SharedCache> {
         if std::env::var("KEN_SHARED_CACHE").is_ok_and(|v| v == "0") {
             return None;
         }
-        let path = crate::embed::model::cache_root().join("vectors.db");
         std::fs::create_dir_all(path.parent()?).ok()?;
-        let conn = rusqlite::Connection::open(&path).ok()?;
+        let conn = rusqlite::Connection::open(path).ok()?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
@@ -31,11 +34,12 @@ impl SharedCache {
         Some(SharedCache { conn })
     }
 
+    /// The vector of the text hashed `text_hash` by the embedder `model` (its cache key).
     pub fn get(&self, model: &str, text_hash: i64) -> Option<Vec<f32>> {
         self.conn
             .prepare_cached("SELECT vector FROM vectors WHERE model = ?1 AND text_hash = ?2")
             .ok()?
-            .query_row(params![cache_model(model), text_hash], |r| r.get::<_, Vec<u8>>(0))
+            .query_row(params![model, text_hash], |r| r.get::<_, Vec<u8>>(0))
             .ok()
             .map(|b| vectors::decode(&b))
     }
@@ -45,7 +49,7 @@ impl SharedCache {
             .conn
             .prepare_cached("INSERT OR IGNORE INTO vectors (model, text_hash, vector) VALUES (?1, ?2, ?3)")
         {
-            let _ = stmt.execute(params![cache_model(model), text_hash, vectors::encode(vector)]);
+            let _ = stmt.execute(params![model, text_hash, vectors::encode(vector)]);
         }
     }
 }

@@ -1,0 +1,239 @@
+//! Reads of the branches' catalogs and the stored file versions and chunks:
+//! what a branch holds (paths, versions, skipped files, totals), a file
+//! version's chunks, and samples of them for benchmarks.
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::Result;
+use rusqlite::OptionalExtension;
+
+use super::{count, counts_by, Store};
+use crate::source::discover::SkipReason;
+
+/// A path's entry in a branch's catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogEntry {
+    pub file_id: i64,
+    pub mtime_ns: i64,
+    pub size: i64,
+    pub content_hash: i64,
+}
+
+/// A file of a branch that was read and left out for its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SkippedEntry {
+    pub mtime_ns: i64,
+    pub size: i64,
+    pub reason: SkipReason,
+}
+
+impl SkippedEntry {
+    /// Whether a file of this size and mtime is the one that was skipped,
+    /// by size and a trusted (non-zero) mtime alone, so it is not read again.
+    /// An unreadable file never is: it may have become readable with no
+    /// change of mtime (a chmod), so it is tried again.
+    pub fn matches(&self, size: u64, mtime_ns: i64) -> bool {
+        self.reason != SkipReason::Unreadable
+            && self.mtime_ns != 0
+            && self.mtime_ns == mtime_ns
+            && self.size == size as i64
+    }
+}
+
+/// The stable text key of a skip reason in the index (its serde name, e.g.
+/// `generated`, `invalid_utf8`).
+pub fn skip_reason_key(reason: SkipReason) -> String {
+    match serde_json::to_value(reason) {
+        Ok(serde_json::Value::String(key)) => key,
+        _ => unreachable!("a SkipReason serializes as a string"),
+    }
+}
+
+/// The skip reason of a key written by [`skip_reason_key`]; `None` for a key
+/// this ken does not know.
+pub fn parse_skip_reason(key: &str) -> Option<SkipReason> {
+    serde_json::from_value(serde_json::Value::String(key.to_string())).ok()
+}
+impl Store {
+    pub fn catalog(&self, branch: &str) -> Result<HashMap<String, CatalogEntry>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT c.path, c.file_id, c.mtime_ns, c.size, f.content_hash
+             FROM catalog c JOIN files f ON f.id = c.file_id WHERE c.branch = ?1",
+        )?;
+        let rows = stmt.query_map([branch], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                CatalogEntry {
+                    file_id: r.get(1)?,
+                    mtime_ns: r.get(2)?,
+                    size: r.get(3)?,
+                    content_hash: r.get(4)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The files of `branch` read and left out for their content, by path
+    /// (rows of a reason this ken does not know are left out: read again).
+    pub fn skipped(&self, branch: &str) -> Result<HashMap<String, SkippedEntry>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT path, mtime_ns, size, reason FROM skipped_files WHERE branch = ?1")?;
+        let rows = stmt.query_map([branch], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut skipped = HashMap::new();
+        for row in rows {
+            let (path, mtime_ns, size, reason) = row?;
+            if let Some(reason) = parse_skip_reason(&reason) {
+                skipped.insert(path, SkippedEntry { mtime_ns, size, reason });
+            }
+        }
+        Ok(skipped)
+    }
+}
+
+impl Store {
+    /// Whether the index holds any file version.
+    pub fn has_files(&self) -> Result<bool> {
+        Ok(count(&self.conn, "SELECT count(*) FROM files", [])? > 0)
+    }
+
+    /// The files of `branch`.
+    pub fn branch_file_count(&self, branch: &str) -> Result<u64> {
+        count(&self.conn, "SELECT count(*) FROM catalog WHERE branch = ?1", [branch])
+    }
+
+    /// The chunks of `branch`.
+    pub fn branch_chunk_count(&self, branch: &str) -> Result<u64> {
+        count(
+            &self.conn,
+            "SELECT count(*) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
+            [branch],
+        )
+    }
+
+    /// The files of `branch` per language.
+    pub fn branch_languages(&self, branch: &str) -> Result<BTreeMap<String, u64>> {
+        counts_by(
+            &self.conn,
+            "SELECT f.language, count(*) FROM catalog k JOIN files f ON f.id = k.file_id
+             WHERE k.branch = ?1 GROUP BY f.language",
+            [branch],
+        )
+    }
+
+    /// The distinct chunk contents of `branch`.
+    pub fn branch_distinct_contents(&self, branch: &str) -> Result<u64> {
+        count(
+            &self.conn,
+            "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
+            [branch],
+        )
+    }
+
+    /// The files of each branch the index holds.
+    pub fn files_per_branch(&self) -> Result<BTreeMap<String, u64>> {
+        counts_by(&self.conn, "SELECT branch, count(*) FROM catalog GROUP BY branch", [])
+    }
+
+    /// The branches the index holds a catalog of.
+    pub fn branches(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT branch FROM catalog")?;
+        let keys = stmt.query_map([], |r| r.get(0))?;
+        Ok(keys.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The content hashes of the stored versions of `path` (any branch).
+    pub fn versions_of(&self, path: &str) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT content_hash FROM files WHERE path = ?1")?;
+        let hashes = stmt.query_map([path], |r| r.get(0))?;
+        Ok(hashes.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The content hashes of every stored file version (any branch), by path.
+    pub fn all_versions(&self) -> Result<HashMap<String, Vec<i64>>> {
+        let mut map: HashMap<String, Vec<i64>> = HashMap::new();
+        let mut stmt = self.conn.prepare("SELECT path, content_hash FROM files")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        for row in rows {
+            let (path, hash) = row?;
+            map.entry(path).or_default().push(hash);
+        }
+        Ok(map)
+    }
+
+    /// The content hash of the file version `file_id`, if it is stored.
+    pub fn file_content_hash(&self, file_id: i64) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT content_hash FROM files WHERE id = ?1")?
+            .query_row([file_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// The chunks of the file version `file_id`: (start line, text).
+    pub fn chunk_texts_of_file(&self, file_id: i64) -> Result<Vec<(usize, String)>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT c.start_line, t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.file_id = ?1",
+        )?;
+        let rows = stmt.query_map([file_id], |r| {
+            Ok((r.get::<_, i64>(0)? as usize, r.get::<_, String>(1)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The labels of up to 100 named chunks (of more than 5 characters),
+    /// picked evenly across the index (the same on every run).
+    pub fn sampled_chunk_symbols(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT symbol FROM chunks WHERE symbol IS NOT NULL AND length(symbol) > 5
+             AND id % 97 = 0 ORDER BY id LIMIT 100",
+        )?;
+        let labels = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(labels.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Up to `limit` distinct chunk contents in hash order (a fixed, spread
+    /// sample): (context, text, symbol).
+    pub fn sampled_chunk_texts(&self, limit: usize) -> Result<Vec<(Option<String>, String, Option<String>)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT c.context, t.text, c.symbol FROM chunks c JOIN contents t ON t.hash = c.content_hash
+             GROUP BY t.hash ORDER BY t.hash LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_reasons_have_stable_keys() {
+        assert_eq!(skip_reason_key(SkipReason::Generated), "generated");
+        assert_eq!(skip_reason_key(SkipReason::InvalidUtf8), "invalid_utf8");
+        for reason in [
+            SkipReason::Symlink,
+            SkipReason::TooLarge,
+            SkipReason::NotSource,
+            SkipReason::Binary,
+            SkipReason::InvalidUtf8,
+            SkipReason::Minified,
+            SkipReason::Generated,
+            SkipReason::Unreadable,
+        ] {
+            assert_eq!(parse_skip_reason(&skip_reason_key(reason)), Some(reason));
+        }
+        assert_eq!(parse_skip_reason("from_a_later_ken"), None);
+    }
+}
