@@ -261,7 +261,7 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
             let done = match writer_elsewhere(index_dir, &writer) {
                 Some(holder) => Err(holder),
                 None => bring_up_to_date(index_dir, &mut writer, |w| {
-                    let n = VectorIndex::sync(w, &model, dims, vectors::Quantization::from_env()?)?;
+                    let n = VectorIndex::sync(w, &model, dims, vectors::configured_quantization())?;
                     anyhow::ensure!(n as u64 == rows, "{n} vectors of {rows} could be added");
                     Ok(())
                 }),

@@ -16,7 +16,7 @@ use crate::embed::text::{cache_model, embedding_text, signature_model, signature
 use crate::embed::{configured_embedder, Embedder, InputKind};
 use crate::index::progress::Reporter;
 use crate::store::cache::SharedCache;
-use crate::store::vectors::{self, Quantization, VectorIndex};
+use crate::store::vectors::{self, VectorIndex};
 use crate::store::{MetaKey, Store, WRITE_LOCK_TIMEOUT};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -484,7 +484,7 @@ fn publish(store: &Store, embedder: &dyn Embedder) -> Result<usize> {
     if dimensions == 0 {
         return Ok(0);
     }
-    let in_index = VectorIndex::sync(store, model, dimensions, Quantization::from_env()?)?;
+    let in_index = VectorIndex::sync(store, model, dimensions, vectors::configured_quantization())?;
     store.set_meta(MetaKey::EmbeddingModel, model)?;
     store.set_meta(MetaKey::EmbeddingDimensions, &dimensions.to_string())?;
     Ok(in_index)

@@ -749,7 +749,7 @@ pub fn drop_branches(store: &mut Store, branches: &[String]) -> Result<()> {
     if let Some(model) = store.meta(MetaKey::EmbeddingModel)? {
         let dims: usize = store.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0);
         if dims > 0 {
-            VectorIndex::sync(store, &model, dims, vectors::Quantization::from_env()?)?;
+            VectorIndex::sync(store, &model, dims, vectors::configured_quantization())?;
         }
     }
     Ok(())

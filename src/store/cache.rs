@@ -19,7 +19,7 @@ pub struct SharedCache {
 impl SharedCache {
     /// Opens (creating it if needed) the cache database at `path`.
     pub fn open(path: &Path) -> Option<SharedCache> {
-        if std::env::var("KEN_SHARED_CACHE").is_ok_and(|v| v == "0") {
+        if !crate::config::settings().shared_cache {
             return None;
         }
         std::fs::create_dir_all(path.parent()?).ok()?;

@@ -38,31 +38,20 @@ const EXACT_SEARCH_MAX: usize = 20_000;
 /// has no SIMD half-float kernels (usearch without numkong, which costs six
 /// minutes of build), so f16 adds 4x slower; i8 halves memory again at
 /// some recall.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Quantization {
-    F32,
-    F16,
-    I8,
+pub use crate::config::Quantization;
+
+/// The usearch scalar kind that stores `quantization`.
+fn scalar_kind(quantization: Quantization) -> ScalarKind {
+    match quantization {
+        Quantization::F32 => ScalarKind::F32,
+        Quantization::F16 => ScalarKind::F16,
+        Quantization::I8 => ScalarKind::I8,
+    }
 }
 
-impl Quantization {
-    /// From `KEN_VECTOR_QUANTIZATION` (f32, f16 or i8); f32 when unset.
-    pub fn from_env() -> Result<Quantization> {
-        match crate::setting("KEN_VECTOR_QUANTIZATION").as_deref().map(str::trim) {
-            None | Some("f32") => Ok(Quantization::F32),
-            Some("f16") => Ok(Quantization::F16),
-            Some("i8") => Ok(Quantization::I8),
-            Some(other) => anyhow::bail!("KEN_VECTOR_QUANTIZATION={other}: expected f32, f16 or i8"),
-        }
-    }
-
-    fn kind(self) -> ScalarKind {
-        match self {
-            Quantization::F32 => ScalarKind::F32,
-            Quantization::F16 => ScalarKind::F16,
-            Quantization::I8 => ScalarKind::I8,
-        }
-    }
+/// The quantization `KEN_VECTOR_QUANTIZATION` chose (f32 when unset).
+pub fn configured_quantization() -> Quantization {
+    crate::config::settings().vector_quantization
 }
 
 pub struct VectorIndex {
@@ -88,7 +77,7 @@ fn new_index(dimensions: usize, quantization: Quantization) -> Result<Index> {
     let options = IndexOptions {
         dimensions,
         metric: MetricKind::Cos,
-        quantization: quantization.kind(),
+        quantization: scalar_kind(quantization),
         connectivity: 0,
         expansion_add: EXPANSION_ADD,
         expansion_search: EXPANSION_SEARCH,
