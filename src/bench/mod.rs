@@ -468,6 +468,34 @@ pub struct QueryBench {
     pub query_embedding_batch_pass_p50_ms: f64,
 }
 
+/// One query embedding's time per query, ken's query pass and the baseline
+/// (candle's BertModel, or ken's batch pass for a model candle lacks), in ms.
+fn time_query_embedding(searcher: &Searcher, queries: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
+    // The index's model, whatever KEN_MODEL says.
+    let id = searcher
+        .store()
+        .meta(crate::store::MetaKey::EmbeddingModel)?
+        .unwrap_or_default();
+    let model = crate::embed::LocalBert::for_id(&id)?;
+    // The baseline: candle's BertModel, or ken's batch pass for a model candle lacks (MPNet).
+    let with_candle = model.runs_on_candle();
+    for query in queries {
+        let t = Instant::now();
+        crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
+        embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        if with_candle {
+            model.embed_batch_with_candle(&[query.as_str()])?;
+        } else {
+            model.embed_batch(&[query.as_str()])?;
+        }
+        batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+
+    Ok((embed_ms, batch_pass_ms))
+}
+
 /// Runs every sampled query `iterations` times in each mode, after one
 /// warm-up pass that loads the model and the vector file.
 pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: usize) -> Result<QueryBench> {
@@ -548,29 +576,11 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
             percentile(&mut repeated, 0.95),
         ));
     }
-    let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());
-    if vectors > 0 {
-        // The index's model, whatever KEN_MODEL says.
-        let id = searcher
-            .store()
-            .meta(crate::store::MetaKey::EmbeddingModel)?
-            .unwrap_or_default();
-        let model = crate::embed::LocalBert::for_id(&id)?;
-        // The baseline: candle's BertModel, or ken's batch pass for a model candle lacks (MPNet).
-        let with_candle = model.runs_on_candle();
-        for query in &queries {
-            let t = Instant::now();
-            crate::embed::Embedder::embed(&model, &[query.as_str()], crate::embed::InputKind::Query)?;
-            embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            let t = Instant::now();
-            if with_candle {
-                model.embed_batch_with_candle(&[query.as_str()])?;
-            } else {
-                model.embed_batch(&[query.as_str()])?;
-            }
-            batch_pass_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
+    let (mut embed_ms, mut batch_pass_ms) = if vectors > 0 {
+        time_query_embedding(&searcher, &queries)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
         let mut ms: Vec<f64> = phases.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
         percentile(&mut ms, 0.5)

@@ -177,124 +177,11 @@ pub fn check(root: &Path, index_dir: &Path, repair: bool, full: bool) -> Result<
         }
     }
 
-    for (name, orphans, severity, message) in TABLE_CHECKS {
-        let count = reader.count_orphans(*orphans)?;
-        if count == 0 {
-            continue;
-        }
-        let repaired = match &writer {
-            Some((w, _)) if repair && orphans.repairable() => w.delete_orphans(*orphans).is_ok(),
-            _ => false,
-        };
-        findings.push(Finding {
-            check: name.to_string(),
-            severity: *severity,
-            count,
-            message: message.to_string(),
-            repaired,
-        });
-    }
+    check_tables(&reader, &writer, repair, &mut findings)?;
 
-    // Statistics derived from the chunks, behind after an interrupted run.
-    let drift = reader.chunk_count_drift()?;
-    if drift.is_some() || reader.common_terms_stale()? {
-        let count = drift.map_or(1, |(stored, counted)| stored.unwrap_or(0).abs_diff(counted));
-        let done = bring_up_to_date(index_dir, &mut writer, |w| w.store_common_term_frequencies().map(drop));
-        findings.push(match done {
-            Ok(()) => Finding {
-                check: "statistics".into(),
-                severity: Severity::Info,
-                count,
-                message: "the chunk count and the common terms' frequencies were behind the chunks (an \
-                          interrupted or a watcher's run): counted again"
-                    .into(),
-                repaired: true,
-            },
-            Err(why) => Finding {
-                check: "statistics".into(),
-                severity: Severity::Warning,
-                count,
-                message: format!(
-                    "the chunk count or the common terms' frequencies are behind the chunks ({why}); the next \
-                     `ken index` or `ken health` counts them again"
-                ),
-                repaired: false,
-            },
-        });
-    }
-
+    check_statistics(&reader, index_dir, &mut writer, &mut findings)?;
     let branch = git::head(root).catalog_key();
-    if let Some(model) = reader.meta(MetaKey::EmbeddingModel)? {
-        let dims: usize = reader.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0);
-        let wrong_size = reader.vectors_of_wrong_size(&model, dims)?;
-        if wrong_size > 0 {
-            let repaired = match &writer {
-                Some((w, _)) if repair => w.delete_vectors_of_wrong_size(&model, dims).is_ok(),
-                _ => false,
-            };
-            findings.push(Finding {
-                check: "dimension_mismatch".into(),
-                severity: Severity::Error,
-                count: wrong_size,
-                message: format!("vectors whose length is not the model's {dims} dimensions"),
-                repaired,
-            });
-        }
-        let missing = reader.branch_contents_without_vectors(&branch, &model)?;
-        if missing > 0 {
-            findings.push(Finding {
-                check: "chunks_without_vectors".into(),
-                severity: Severity::Warning,
-                count: missing,
-                message: "chunk contents not embedded yet (`ken embed` or `ken index`)".into(),
-                repaired: false,
-            });
-        }
-        let rows = reader.vector_count(&model)?;
-        let in_file = VectorIndex::open(&reader, &model, dims)
-            .ok()
-            .flatten()
-            .map_or(0, |v| v.len() as u64);
-        if in_file != rows {
-            // The file is derived from the rows: an embedding pass publishes
-            // it as it goes, and one killed before it did leaves it behind.
-            let done = match writer_elsewhere(index_dir, &writer) {
-                Some(holder) => Err(holder),
-                None => bring_up_to_date(index_dir, &mut writer, |w| {
-                    let n = VectorIndex::sync(w, &model, dims, vectors::configured_quantization())?;
-                    anyhow::ensure!(n as u64 == rows, "{n} vectors of {rows} could be added");
-                    Ok(())
-                }),
-            };
-            let message = format!("the vector file held {in_file} vectors, the index {rows}");
-            findings.push(match done {
-                Ok(()) => Finding {
-                    check: "vector_file".into(),
-                    severity: Severity::Warning,
-                    count: rows.abs_diff(in_file),
-                    message: format!(
-                        "{message} (it follows the stored vectors at each embedding pass, and an interrupted \
-                         pass leaves it behind): brought up to date"
-                    ),
-                    repaired: true,
-                },
-                Err(why) if why.starts_with(WRITING) => Finding {
-                    check: "vector_file".into(),
-                    severity: Severity::Warning,
-                    count: rows.abs_diff(in_file),
-                    message: format!("{message}; {why}: it publishes them as it goes"),
-                    repaired: false,
-                },
-                Err(why) => Finding {
-                    check: "vector_file".into(),
-                    severity: Severity::Error,
-                    count: rows.abs_diff(in_file),
-                    message: format!("{message}; it cannot be brought up to date: {why}"),
-                    repaired: false,
-                },
-            });
-        }
-    }
+    check_vectors(&reader, index_dir, &mut writer, repair, &branch, &mut findings)?;
 
     // Files changed on disk since the last index (what a re-index would do).
     let Pending { changed, deleted } = pending_changes(&reader, root, &branch, &DiscoverOptions::default())?;
@@ -346,6 +233,158 @@ fn rebuild(root: &Path, index_dir: &Path) -> Result<(store::Salvaged, u64)> {
 
 /// How [`writer_elsewhere`]'s reason starts.
 const WRITING: &str = "an embedding pass or an index run is writing";
+
+/// Rows that lost what they belong to (orphans), deleted by a repair where
+/// that is safe.
+fn check_tables(
+    reader: &Store,
+    writer: &Option<(Store, store::WriteLock)>,
+    repair: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    for (name, orphans, severity, message) in TABLE_CHECKS {
+        let count = reader.count_orphans(*orphans)?;
+        if count == 0 {
+            continue;
+        }
+        let repaired = match writer {
+            Some((w, _)) if repair && orphans.repairable() => w.delete_orphans(*orphans).is_ok(),
+            _ => false,
+        };
+        findings.push(Finding {
+            check: name.to_string(),
+            severity: *severity,
+            count,
+            message: message.to_string(),
+            repaired,
+        });
+    }
+    Ok(())
+}
+
+/// The chunk count and the common terms' frequencies, behind the chunks
+/// after an interrupted run: counted again.
+fn check_statistics(
+    reader: &Store,
+    index_dir: &Path,
+    writer: &mut Option<(Store, store::WriteLock)>,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    // Statistics derived from the chunks, behind after an interrupted run.
+    let drift = reader.chunk_count_drift()?;
+    if drift.is_some() || reader.common_terms_stale()? {
+        let count = drift.map_or(1, |(stored, counted)| stored.unwrap_or(0).abs_diff(counted));
+        let done = bring_up_to_date(index_dir, writer, |w| w.store_common_term_frequencies().map(drop));
+        findings.push(match done {
+            Ok(()) => Finding {
+                check: "statistics".into(),
+                severity: Severity::Info,
+                count,
+                message: "the chunk count and the common terms' frequencies were behind the chunks (an \
+                          interrupted or a watcher's run): counted again"
+                    .into(),
+                repaired: true,
+            },
+            Err(why) => Finding {
+                check: "statistics".into(),
+                severity: Severity::Warning,
+                count,
+                message: format!(
+                    "the chunk count or the common terms' frequencies are behind the chunks ({why}); the next \
+                     `ken index` or `ken health` counts them again"
+                ),
+                repaired: false,
+            },
+        });
+    }
+
+    Ok(())
+}
+
+/// The vectors: their length, the chunks still without one, and the HNSW
+/// file derived from them (brought up to date when it is behind).
+fn check_vectors(
+    reader: &Store,
+    index_dir: &Path,
+    writer: &mut Option<(Store, store::WriteLock)>,
+    repair: bool,
+    branch: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    if let Some(model) = reader.meta(MetaKey::EmbeddingModel)? {
+        let dims: usize = reader.meta_parsed(MetaKey::EmbeddingDimensions)?.unwrap_or(0);
+        let wrong_size = reader.vectors_of_wrong_size(&model, dims)?;
+        if wrong_size > 0 {
+            let repaired = match &*writer {
+                Some((w, _)) if repair => w.delete_vectors_of_wrong_size(&model, dims).is_ok(),
+                _ => false,
+            };
+            findings.push(Finding {
+                check: "dimension_mismatch".into(),
+                severity: Severity::Error,
+                count: wrong_size,
+                message: format!("vectors whose length is not the model's {dims} dimensions"),
+                repaired,
+            });
+        }
+        let missing = reader.branch_contents_without_vectors(branch, &model)?;
+        if missing > 0 {
+            findings.push(Finding {
+                check: "chunks_without_vectors".into(),
+                severity: Severity::Warning,
+                count: missing,
+                message: "chunk contents not embedded yet (`ken embed` or `ken index`)".into(),
+                repaired: false,
+            });
+        }
+        let rows = reader.vector_count(&model)?;
+        let in_file = VectorIndex::open(reader, &model, dims)
+            .ok()
+            .flatten()
+            .map_or(0, |v| v.len() as u64);
+        if in_file != rows {
+            // The file is derived from the rows: an embedding pass publishes
+            // it as it goes, and one killed before it did leaves it behind.
+            let done = match writer_elsewhere(index_dir, writer) {
+                Some(holder) => Err(holder),
+                None => bring_up_to_date(index_dir, writer, |w| {
+                    let n = VectorIndex::sync(w, &model, dims, vectors::configured_quantization())?;
+                    anyhow::ensure!(n as u64 == rows, "{n} vectors of {rows} could be added");
+                    Ok(())
+                }),
+            };
+            let message = format!("the vector file held {in_file} vectors, the index {rows}");
+            findings.push(match done {
+                Ok(()) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Warning,
+                    count: rows.abs_diff(in_file),
+                    message: format!(
+                        "{message} (it follows the stored vectors at each embedding pass, and an interrupted \
+                         pass leaves it behind): brought up to date"
+                    ),
+                    repaired: true,
+                },
+                Err(why) if why.starts_with(WRITING) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Warning,
+                    count: rows.abs_diff(in_file),
+                    message: format!("{message}; {why}: it publishes them as it goes"),
+                    repaired: false,
+                },
+                Err(why) => Finding {
+                    check: "vector_file".into(),
+                    severity: Severity::Error,
+                    count: rows.abs_diff(in_file),
+                    message: format!("{message}; it cannot be brought up to date: {why}"),
+                    repaired: false,
+                },
+            });
+        }
+    }
+
+    Ok(())
+}
 
 /// Who else is writing the index (unless this check holds the lock itself).
 fn writer_elsewhere(index_dir: &Path, writer: &Option<(Store, store::WriteLock)>) -> Option<String> {

@@ -223,29 +223,11 @@ fn index_once(
         ..IndexReport::default()
     };
 
-    // Files whose size and mtime match the catalog are taken as unchanged
-    // unread; those that match their skipped entry as skipped again, unread.
     let run_start_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
-    let mut seen: HashSet<&str> = HashSet::with_capacity(found.files.len());
     let in_scope = |path: &str| scope.is_none_or(|starts| starts.iter().any(|s| s.covers(&root, path)));
-    let mut changed = Vec::new();
-    for cand in &found.files {
-        seen.insert(cand.rel_path.as_str());
-        match catalog.get(&cand.rel_path) {
-            Some(e) if e.mtime_ns == cand.mtime_ns && e.size == cand.size as i64 && e.mtime_ns != 0 => {
-                report.unchanged += 1;
-            }
-            Some(_) => changed.push(cand.clone()),
-            None => match skipped.get(&cand.rel_path) {
-                Some(s) if s.matches(cand.size, cand.mtime_ns) => {
-                    *report.skipped.entry(s.reason).or_default() += 1;
-                }
-                _ => changed.push(cand.clone()),
-            },
-        }
-    }
+    let (mut changed, unseen) = compare_with_catalog(&found.files, &catalog, &skipped, &in_scope, &mut report);
     let known_versions = known_versions(&store, (changed.len() < BULK_FILES).then_some(&changed))?;
     // Largest first, so the slowest parses start early and the tail is short.
     changed.sort_unstable_by_key(|c| std::cmp::Reverse(c.size));
@@ -254,14 +236,6 @@ fn index_once(
     let bulk = changed.len() >= BULK_FILES;
     store.set_lexical_automerge(if bulk { 0 } else { DEFAULT_AUTOMERGE })?;
 
-    // Paths gone from disk (or now left out by name) leave the catalog and
-    // the skipped files (in the writer's last batch).
-    let unseen: Vec<String> = catalog
-        .keys()
-        .chain(skipped.keys().filter(|p| !catalog.contains_key(*p)))
-        .filter(|p| !seen.contains(p.as_str()) && in_scope(p))
-        .cloned()
-        .collect();
     let mut progress = opts.reporter.phase("indexing", "files", changed.len() as u64);
     let (tx, rx) = mpsc::sync_channel::<Outcome>(256);
     let limits = opts.limits;
@@ -305,59 +279,7 @@ fn index_once(
     report.warnings.extend(written.warnings);
     report.removed = written.removed;
 
-    tracing::info!("indexing: files written after {:.2} s", started.elapsed().as_secs_f64());
-    let changes = report.parsed + report.removed;
-    if bulk {
-        store.set_lexical_automerge(DEFAULT_AUTOMERGE)?;
-    }
-    // A scoped run (the watcher's few files) leaves merging to FTS5's automerge.
-    if changes > 0 && scope.is_none() {
-        store.optimize_lexical()?;
-        tracing::info!(
-            "indexing: lexical index merged after {:.2} s",
-            started.elapsed().as_secs_f64()
-        );
-        store.checkpoint()?;
-    }
-    if scope.is_none() {
-        fill_totals(&store, &branch, &mut report)?;
-    } else {
-        // The per-language and chunk totals cost a join over the branch: the watcher needs neither.
-        report.files = store.branch_file_count(&branch)?;
-    }
-    // The chunk count is written with every batch that changes the chunks;
-    // an index of an older ken, or one repaired by SQL, may still lack it.
-    let all_chunks = match store.chunk_count_drift()? {
-        Some(_) => store.store_chunk_count()?,
-        None => store.counted_chunks()?,
-    };
-    // Whole runs recount the common terms when chunks changed since they
-    // were counted (in this run or in one killed before it recounted); the
-    // watcher's small runs do once the index has grown or shrunk by 5%.
-    let counted_at = store.common_terms_stored_at()?;
-    let drifted = counted_at.is_none_or(|n| (all_chunks - n).abs() * 20 > n);
-    if counted_at.is_none() || (store.common_terms_stale()? && (scope.is_none() || drifted)) {
-        store.store_common_term_frequencies()?;
-    }
-    // A whole run that wrote checks the index it wrote into: damage found
-    // here is repaired by the caller (`index_scoped`) instead of being left
-    // behind (the quick check reads the whole file, vectors too).
-    if changes > 0 && scope.is_none() {
-        let problems = store.integrity_problems(false)?;
-        if !problems.is_empty() {
-            return Err(anyhow::Error::new(store::Damage(problems.join("; "))));
-        }
-        tracing::info!("indexing: checked after {:.2} s", started.elapsed().as_secs_f64());
-    }
-    report.seconds = started.elapsed().as_secs_f64();
-    store.set_meta(MetaKey::LastIndexedAt, &now_rfc3339())?;
-    store.set_meta(MetaKey::Root, &report.root)?;
-    store.set_meta(MetaKey::IndexedBranch, &branch)?;
-    if scope.is_none() {
-        // A scoped run's skip counts cover its folders only: `ken status` keeps the last whole run's.
-        store.set_meta(MetaKey::LastIndexReport, &serde_json::to_string(&report)?)?;
-    }
-    store.set_meta(MetaKey::HeadCommit, head.commit.as_deref().unwrap_or(""))?;
+    finish_run(&store, &branch, &head, scope.is_some(), bulk, started, &mut report)?;
     Ok(report)
 }
 
@@ -430,6 +352,110 @@ fn read_and_chunk(
             error: format!("{e:#}"),
         },
     }
+}
+
+/// The files to read (new, or changed in size or mtime since the catalog
+/// saw them) and the paths gone (from disk, or now left out by name, within
+/// the run's scope). Files that match their catalog entry count as
+/// unchanged unread; those that match their skipped entry as skipped again.
+fn compare_with_catalog(
+    files: &[discover::Candidate],
+    catalog: &HashMap<String, CatalogEntry>,
+    skipped: &HashMap<String, SkippedEntry>,
+    in_scope: &dyn Fn(&str) -> bool,
+    report: &mut IndexReport,
+) -> (Vec<discover::Candidate>, Vec<String>) {
+    let mut seen: HashSet<&str> = HashSet::with_capacity(files.len());
+    let mut changed = Vec::new();
+    for cand in files {
+        seen.insert(cand.rel_path.as_str());
+        match catalog.get(&cand.rel_path) {
+            Some(e) if e.mtime_ns == cand.mtime_ns && e.size == cand.size as i64 && e.mtime_ns != 0 => {
+                report.unchanged += 1;
+            }
+            Some(_) => changed.push(cand.clone()),
+            None => match skipped.get(&cand.rel_path) {
+                Some(s) if s.matches(cand.size, cand.mtime_ns) => {
+                    *report.skipped.entry(s.reason).or_default() += 1;
+                }
+                _ => changed.push(cand.clone()),
+            },
+        }
+    }
+    let unseen = catalog
+        .keys()
+        .chain(skipped.keys().filter(|p| !catalog.contains_key(*p)))
+        .filter(|p| !seen.contains(p.as_str()) && in_scope(p))
+        .cloned()
+        .collect();
+    (changed, unseen)
+}
+
+/// After the files are written: merges the lexical index, counts the totals
+/// and the common terms, checks a whole run's writing and records the run.
+fn finish_run(
+    store: &Store,
+    branch: &str,
+    head: &git::Head,
+    scoped: bool,
+    bulk: bool,
+    started: Instant,
+    report: &mut IndexReport,
+) -> Result<()> {
+    tracing::info!("indexing: files written after {:.2} s", started.elapsed().as_secs_f64());
+    let changes = report.parsed + report.removed;
+    if bulk {
+        store.set_lexical_automerge(DEFAULT_AUTOMERGE)?;
+    }
+    // A scoped run (the watcher's few files) leaves merging to FTS5's automerge.
+    if changes > 0 && !scoped {
+        store.optimize_lexical()?;
+        tracing::info!(
+            "indexing: lexical index merged after {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        store.checkpoint()?;
+    }
+    if !scoped {
+        fill_totals(store, branch, report)?;
+    } else {
+        // The per-language and chunk totals cost a join over the branch: the watcher needs neither.
+        report.files = store.branch_file_count(branch)?;
+    }
+    // The chunk count is written with every batch that changes the chunks;
+    // an index of an older ken, or one repaired by SQL, may still lack it.
+    let all_chunks = match store.chunk_count_drift()? {
+        Some(_) => store.store_chunk_count()?,
+        None => store.counted_chunks()?,
+    };
+    // Whole runs recount the common terms when chunks changed since they
+    // were counted (in this run or in one killed before it recounted); the
+    // watcher's small runs do once the index has grown or shrunk by 5%.
+    let counted_at = store.common_terms_stored_at()?;
+    let drifted = counted_at.is_none_or(|n| (all_chunks - n).abs() * 20 > n);
+    if counted_at.is_none() || (store.common_terms_stale()? && (!scoped || drifted)) {
+        store.store_common_term_frequencies()?;
+    }
+    // A whole run that wrote checks the index it wrote into: damage found
+    // here is repaired by the caller (`index_scoped`) instead of being left
+    // behind (the quick check reads the whole file, vectors too).
+    if changes > 0 && !scoped {
+        let problems = store.integrity_problems(false)?;
+        if !problems.is_empty() {
+            return Err(anyhow::Error::new(store::Damage(problems.join("; "))));
+        }
+        tracing::info!("indexing: checked after {:.2} s", started.elapsed().as_secs_f64());
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    store.set_meta(MetaKey::LastIndexedAt, &now_rfc3339())?;
+    store.set_meta(MetaKey::Root, &report.root)?;
+    store.set_meta(MetaKey::IndexedBranch, branch)?;
+    if !scoped {
+        // A scoped run's skip counts cover its folders only: `ken status` keeps the last whole run's.
+        store.set_meta(MetaKey::LastIndexReport, &serde_json::to_string(&*report)?)?;
+    }
+    store.set_meta(MetaKey::HeadCommit, head.commit.as_deref().unwrap_or(""))?;
+    Ok(())
 }
 
 /// What the writer thread is to do besides storing outcomes.

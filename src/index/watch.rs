@@ -353,27 +353,7 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         let store = Store::open_for_write(index_dir)?;
         store.set_meta(MetaKey::WatcherPid, &std::process::id().to_string())?;
     }
-    let poll = opts.poll || is_network_fs(&root);
-    if poll && !opts.poll {
-        w.warn("network file system: watching by polling every few seconds");
-    }
-    let (mut backend, mut events) = new_backend(opts, poll)?;
-    let dirs = discover::discover(&root, &opts.index.discover).dirs;
-    if let Err(e) = w.add_watches(&mut backend, &dirs, head.git_dir.as_deref()) {
-        if !is_watch_limit(&e) {
-            return Err(e).context("watching the root");
-        }
-        w.warn(&format!(
-            "cannot watch {} folders with inotify ({e}); polling instead (raise fs.inotify.max_user_watches to avoid this)",
-            dirs.len()
-        ));
-        (backend, events) = new_backend(opts, true)?;
-        w.add_watches(&mut backend, &dirs, head.git_dir.as_deref())?;
-    }
-    w.event(
-        json!({"event": "ready", "backend": backend.name(), "folders": dirs.len()}),
-        || format!("watching {} ({} folders)", root.display(), dirs.len()),
-    );
+    let (mut backend, events) = w.start_watching(head.git_dir.as_deref())?;
 
     let mut last_gc = Instant::now() - opts.gc_every;
     let mut retry_at: Option<Instant> = None;
@@ -462,6 +442,34 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
 }
 
 impl Watcher<'_> {
+    /// Watches every folder the indexing walk enters and the git
+    /// directory, by notifications or, on a network file system or past the
+    /// inotify limit, by polling; says it is ready.
+    fn start_watching(&mut self, git_dir: Option<&Path>) -> Result<(Backend, Events)> {
+        let poll = self.opts.poll || is_network_fs(self.root);
+        if poll && !self.opts.poll {
+            self.warn("network file system: watching by polling every few seconds");
+        }
+        let (mut backend, mut events) = new_backend(self.opts, poll)?;
+        let dirs = discover::discover(self.root, &self.opts.index.discover).dirs;
+        if let Err(e) = self.add_watches(&mut backend, &dirs, git_dir) {
+            if !is_watch_limit(&e) {
+                return Err(e).context("watching the root");
+            }
+            self.warn(&format!(
+                "cannot watch {} folders with inotify ({e}); polling instead (raise fs.inotify.max_user_watches to avoid this)",
+                dirs.len()
+            ));
+            (backend, events) = new_backend(self.opts, true)?;
+            self.add_watches(&mut backend, &dirs, git_dir)?;
+        }
+        self.event(
+            json!({"event": "ready", "backend": backend.name(), "folders": dirs.len()}),
+            || format!("watching {} ({} folders)", self.root.display(), dirs.len()),
+        );
+        Ok((backend, events))
+    }
+
     fn git_busy(&self) -> bool {
         self.git_dirs.first().is_some_and(|g| g.join("index.lock").exists())
     }
