@@ -100,20 +100,6 @@ const FIXED: &[MetaKey<'static>] = &[
     MetaKey::QueryAdapterLeads,
 ];
 
-/// The settings a rebuild keeps ([`super::rebuild`]): the ones that come
-/// with the vectors (the embedder, its settings) and the user's choices.
-/// Every key of the query adapter is kept too ([`QUERY_ADAPTER_PREFIX`]).
-pub(super) const KEPT_BY_REBUILD: &[MetaKey<'static>] = &[
-    MetaKey::EmbeddingModel,
-    MetaKey::EmbeddingDimensions,
-    MetaKey::EmbeddingProvider,
-    MetaKey::EmbeddingFailure,
-    MetaKey::EmbeddingsOff,
-    MetaKey::VectorsPrunedFor,
-    MetaKey::WatcherPid,
-    MetaKey::EmbeddingIdsIssued,
-];
-
 /// What the names of the query adapter's keys start with.
 pub(super) const QUERY_ADAPTER_PREFIX: &str = "query_adapter";
 
@@ -149,6 +135,29 @@ impl MetaKey<'_> {
             MetaKey::VectorsMaxId(embedder) => return Cow::Owned(format!("vectors_max_id:{embedder}")),
             MetaKey::VectorsRemoved(embedder) => return Cow::Owned(format!("vectors_removed:{embedder}")),
         })
+    }
+
+    /// Whether a rebuild keeps it ([`super::rebuild`]): the settings that
+    /// come with the vectors (the embedder, its settings) and the user's
+    /// choices. Every key of the query adapter is kept too
+    /// ([`QUERY_ADAPTER_PREFIX`]).
+    pub(super) fn kept_by_rebuild(&self) -> bool {
+        matches!(
+            self,
+            MetaKey::EmbeddingModel
+                | MetaKey::EmbeddingDimensions
+                | MetaKey::EmbeddingProvider
+                | MetaKey::EmbeddingFailure
+                | MetaKey::EmbeddingsOff
+                | MetaKey::VectorsPrunedFor
+                | MetaKey::WatcherPid
+                | MetaKey::EmbeddingIdsIssued
+        )
+    }
+
+    /// The keys a rebuild keeps (see [`MetaKey::kept_by_rebuild`]).
+    pub(super) fn kept_by_rebuild_keys() -> impl Iterator<Item = MetaKey<'static>> {
+        FIXED.iter().copied().filter(MetaKey::kept_by_rebuild)
     }
 
     /// The key stored as `name`, if it is one with no part of its own.
@@ -258,6 +267,6 @@ mod tests {
         }
         assert_eq!(MetaKey::OldQueryAdapter(2).name(), "query_adapter_v2");
         assert_eq!(MetaKey::VectorsMaxId("m/text3").name(), "vectors_max_id:m/text3");
-        assert!(KEPT_BY_REBUILD.iter().all(|k| FIXED.contains(k)));
+        assert_eq!(MetaKey::kept_by_rebuild_keys().count(), 8);
     }
 }

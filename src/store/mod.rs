@@ -143,13 +143,13 @@ pub fn format_rfc3339(secs: i64) -> String {
     )
 }
 /// Runs a `SELECT count(*)`-style query that yields one non-negative integer.
-pub(crate) fn count(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<u64> {
+fn count(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<u64> {
     let n: i64 = conn.query_row(sql, params, |r| r.get(0))?;
     Ok(n.max(0) as u64)
 }
 
 /// Rows of (name, count) from a `GROUP BY` query.
-pub(crate) fn counts_by(
+fn counts_by(
     conn: &Connection,
     sql: &str,
     params: impl rusqlite::Params,

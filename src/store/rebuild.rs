@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
 use super::faults::{explain, DamageHandled};
-use super::meta::{meta, meta_parsed, set_meta, set_meta_named, MetaKey, KEPT_BY_REBUILD, QUERY_ADAPTER_PREFIX};
+use super::meta::{meta, meta_parsed, set_meta, set_meta_named, MetaKey, QUERY_ADAPTER_PREFIX};
 use super::open::remove_db_files;
 use super::schema::create_tables;
 use super::DB_FILE;
@@ -98,7 +98,7 @@ pub(super) fn create_index(dir: &Path, salvage_from: Option<&Path>) -> Result<Sa
 
 /// Copies what can be read of the database `old` into the new index `tx`:
 /// the vectors (row by row, skipping damaged pages), the settings in
-/// [`KEPT_BY_REBUILD`] and the query adapter. Errors reading `old` only leave
+/// [`MetaKey::kept_by_rebuild`] and the query adapter. Errors reading `old` only leave
 /// things out; errors writing `tx` (no space left) are returned.
 fn salvage(old: &Path, tx: &Transaction) -> Result<Salvaged> {
     let mut salvaged = Salvaged::default();
@@ -163,11 +163,11 @@ fn salvage(old: &Path, tx: &Transaction) -> Result<Salvaged> {
 }
 
 /// The settings of the database `src` a rebuild keeps, each read on its own
-/// (a damaged page loses only its keys): [`KEPT_BY_REBUILD`] and the query
+/// (a damaged page loses only its keys): [`MetaKey::kept_by_rebuild`] and the query
 /// adapter's.
 fn kept_meta(src: &Connection) -> Vec<(String, String)> {
     let mut kept = Vec::new();
-    for key in KEPT_BY_REBUILD {
+    for key in MetaKey::kept_by_rebuild_keys() {
         if let Ok(Some(value)) = meta(src, &key.name()) {
             kept.push((key.name().into_owned(), value));
         }
