@@ -19,7 +19,7 @@
 //! ([`QueryAdapter::carries`]). Chunk vectors are not changed, so fitting
 //! again never re-embeds the index. On doc-public, semantic chunk H@10 .697
 //! → .790 and hybrid .830 → .870; swe-public hybrid file R@5 is .758 (.771
-//! with no adapter) (BENCHMARKS.md, "A query adapter fitted on the
+//! with no adapter) (docs/experiments.md, "A query adapter fitted on the
 //! repository's doc comments" and the sections after it).
 
 use anyhow::Result;

@@ -17,7 +17,7 @@ use super::{MetaKey, Store};
 /// Candidates considered when linking a new vector (usearch's default is
 /// 128). On 51.8k real chunk vectors the walk finds 94.3% of the true 160
 /// nearest at 40, 96.6% at 64, 97.8% at 96, 98.5% at 128; with the dot
-/// product metric 10k adds take 0.36, 0.58 and 0.83 s (BENCHMARKS.md,
+/// product metric 10k adds take 0.36, 0.58 and 0.83 s (docs/experiments.md,
 /// "Vectors"): 96 keeps adds well under a second.
 const EXPANSION_ADD: usize = 96;
 /// Candidates a search keeps while walking the graph (at least the number
@@ -25,12 +25,12 @@ const EXPANSION_ADD: usize = 96;
 /// neighbours in indexes grown by many incremental adds (a checkout moved
 /// across 19 commits): semantic swe-public file R@1 .394 at the default,
 /// .444 at 400 and at 1000, in the same index; no measurable cost at 123k
-/// chunks (BENCHMARKS.md, "Searching the graph wider").
+/// chunks (docs/experiments.md, "Searching the graph wider").
 const EXPANSION_SEARCH: usize = 400;
 /// Up to this many vectors a search scans them all instead of walking the
 /// graph. The walk misses a few of the true nearest 160 even at width 400
 /// (1-4 of 160 on pylint's 6.5k chunk vectors, and once the chunk that
-/// ranked first), and at this size the scan costs about 2 ms (BENCHMARKS.md,
+/// ranked first), and at this size the scan costs about 2 ms (docs/experiments.md,
 /// "Exact neighbours for small indexes").
 const EXACT_SEARCH_MAX: usize = 20_000;
 
@@ -90,7 +90,7 @@ fn new_index(dimensions: usize, quantization: Quantization) -> Result<Index> {
 /// have them. usearch's own cosine is compiled for baseline x86-64 here (no
 /// numkong: SSE2, no FMA, and three sums where one does, since every vector
 /// is L2-normalised and its cosine is its dot product). At 51k vectors a
-/// search's walk took 0.95-1.0 ms with it against 1.5-1.7 ms (BENCHMARKS.md,
+/// search's walk took 0.95-1.0 ms with it against 1.5-1.7 ms (docs/experiments.md,
 /// "A dot product for the graph"). Call once per `Index`, after any `load`
 /// (which restores the file's built-in metric); the file keeps `Cos`.
 fn with_fast_metric(mut index: Index) -> Index {
