@@ -97,6 +97,9 @@ pub struct Settings {
     pub grammars_dir: Option<PathBuf>,
     /// `KEN_LOG`: a tracing filter for stderr.
     pub log: Option<String>,
+    /// `HF_ENDPOINT`: the Hugging Face hub models are fetched from (the
+    /// hub's own variable, so a mirror set for other tools serves ken too).
+    pub hub_endpoint: Option<String>,
     /// `KEN_INDEX_SECRETS=1`: files that look like secrets are indexed anyway.
     pub index_secrets: bool,
     /// `KEN_WATCH_POLL=1`: the watcher polls instead of OS notifications.
@@ -185,7 +188,7 @@ pub fn check() -> Result<Vec<String>> {
 
 fn likely_typos<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
     names
-        .filter(|name| !KNOWN.contains(&name.as_str()))
+        .filter(|name| name.starts_with("KEN_") && !KNOWN.contains(&name.as_str()))
         .filter_map(|name| {
             let meant = KNOWN.iter().min_by_key(|known| strsim::levenshtein(name, known))?;
             (strsim::levenshtein(name, meant) <= 2).then(|| format!("{name} is not a setting; did you mean {meant}?"))
@@ -193,12 +196,15 @@ fn likely_typos<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
         .collect()
 }
 
-/// The `KEN_*` environment; a blank value is unset (`KEN_X=` in a shell or a
+/// The hub's variable for a mirror, read with the `KEN_*` settings.
+const HUB_ENDPOINT: &str = "HF_ENDPOINT";
+
+/// The `KEN_*` environment (and [`HUB_ENDPOINT`]); a blank value is unset (`KEN_X=` in a shell or a
 /// client's config turns a setting off, not to "").
 fn environment() -> BTreeMap<String, String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, v)| k.starts_with("KEN_") && !v.trim().is_empty())
+        .filter(|(k, v)| (k.starts_with("KEN_") || k == HUB_ENDPOINT) && !v.trim().is_empty())
         .collect()
 }
 
@@ -237,6 +243,7 @@ impl Settings {
             cache_dir: path("KEN_CACHE_DIR"),
             grammars_dir: path("KEN_GRAMMARS_DIR"),
             log: var("KEN_LOG"),
+            hub_endpoint: var(HUB_ENDPOINT),
             index_secrets: flag("KEN_INDEX_SECRETS", "1"),
             watch_poll: flag("KEN_WATCH_POLL", "1"),
             shared_cache: !flag("KEN_SHARED_CACHE", "0"),

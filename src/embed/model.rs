@@ -499,7 +499,8 @@ fn sha256_file(path: &Path) -> Result<String> {
 /// pinned revision, into a temporary name first.
 fn fetch_from_hub(spec: &ModelSpec, dir: &Path) -> Result<()> {
     crate::embed::http::install_crypto_provider();
-    let endpoint = crate::setting("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".to_string());
+    let endpoint =
+        (crate::config::settings().hub_endpoint.clone()).unwrap_or_else(|| "https://huggingface.co".to_string());
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(600))
