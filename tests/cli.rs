@@ -1487,3 +1487,27 @@ fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
     );
     assert!(plain.is_array(), "{plain}");
 }
+
+#[test]
+fn a_bad_setting_stops_ken_at_once_and_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, value) in [
+        ("KEN_FUSION", "sum"),
+        ("KEN_EMBED_MAX_TOKENS", "4096"),
+        ("KEN_EMBED_BATCH", "many"),
+    ] {
+        let out = common::ken_env(dir.path(), &["status"], &[(name, value.to_string())]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}={value}: {err}");
+        assert!(err.contains(name), "{name}={value}: {err}");
+    }
+    // A misspelled setting is a warning naming the one meant; ken goes on.
+    let out = common::ken_env(
+        dir.path(),
+        &["model", "list"],
+        &[("KEN_FUSION_WEIGHT", "1,1".to_string())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("did you mean KEN_FUSION_WEIGHTS"), "{err}");
+}
