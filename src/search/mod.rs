@@ -936,6 +936,7 @@ impl Searcher {
     }
 
     /// The results with how likely they are to answer the query.
+    #[allow(clippy::too_many_lines)] // Being split into candidates, fusion, rerank and finish (issue 36).
     pub fn search_rated(&self, req: &SearchRequest) -> Result<(Vec<SearchHit>, Confidence)> {
         let path_filter = req
             .path_glob

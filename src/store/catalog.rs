@@ -54,6 +54,9 @@ pub fn skip_reason_key(reason: SkipReason) -> String {
 pub fn parse_skip_reason(key: &str) -> Option<SkipReason> {
     serde_json::from_value(serde_json::Value::String(key.to_string())).ok()
 }
+/// A sampled chunk: its enclosing context, its text and its symbol names.
+pub type SampledChunk = (Option<String>, String, Option<String>);
+
 impl Store {
     pub fn catalog(&self, branch: &str) -> Result<HashMap<String, CatalogEntry>> {
         let mut stmt = self.conn.prepare(
@@ -203,8 +206,8 @@ impl Store {
     }
 
     /// Up to `limit` distinct chunk contents in hash order (a fixed, spread
-    /// sample): (context, text, symbol).
-    pub fn sampled_chunk_texts(&self, limit: usize) -> Result<Vec<(Option<String>, String, Option<String>)>> {
+    /// sample).
+    pub fn sampled_chunk_texts(&self, limit: usize) -> Result<Vec<SampledChunk>> {
         let mut stmt = self.conn.prepare(
             "SELECT c.context, t.text, c.symbol FROM chunks c JOIN contents t ON t.hash = c.content_hash
              GROUP BY t.hash ORDER BY t.hash LIMIT ?1",
