@@ -150,10 +150,21 @@ fn append(log: &mut LogFile, record: &LogRecord) {
     }
 }
 
-/// `ken::index` → `index`; other crates keep their crate name.
+/// The part of ken a record comes from, named as before the modules were
+/// grouped by stage (clients filter by these names): `ken::index::watch` →
+/// `watch`, `ken::index` → `index`, `ken::graph::query` → `graph`, the MCP
+/// server's records `mcp`; other crates keep their crate name.
 fn category_of(target: &str) -> String {
     match target.strip_prefix("ken::") {
-        Some(rest) => rest.split("::").next().unwrap_or(rest).to_string(),
+        Some(rest) => {
+            let mut parts = rest.split("::");
+            let category = match parts.next().unwrap_or(rest) {
+                "serve" => "mcp",
+                stage @ ("source" | "store" | "embed" | "index" | "search") => parts.next().unwrap_or(stage),
+                stage => stage,
+            };
+            category.to_string()
+        }
         None => target.split("::").next().unwrap_or(target).to_string(),
     }
 }
@@ -186,7 +197,10 @@ mod tests {
     #[test]
     fn categories_name_the_module() {
         assert_eq!(category_of("ken::index"), "index");
-        assert_eq!(category_of("ken::mcp::tools"), "mcp");
+        assert_eq!(category_of("ken::serve::tools"), "mcp");
+        assert_eq!(category_of("ken::index::watch"), "watch");
+        assert_eq!(category_of("ken::embed::provider"), "provider");
+        assert_eq!(category_of("ken::graph::query"), "graph");
         assert_eq!(category_of("rmcp::service"), "rmcp");
     }
 
