@@ -1041,4 +1041,3 @@ fn list(names: &[&str]) -> String {
         v.join(", ")
     }
 }
-
