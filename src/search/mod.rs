@@ -22,8 +22,8 @@ use crate::embed::adapter::QueryAdapter;
 use crate::embed::{Embedder, InputKind};
 use crate::search::confidence::{Confidence, Evidence, TermStat};
 use crate::source::git;
-use crate::source::lang;
 use crate::source::lexical::{self, QueryTerms};
+use crate::source::paths::{is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path};
 use crate::store::vectors::VectorIndex;
 use crate::store::Store;
 
@@ -599,11 +599,6 @@ const FRAGMENT_FACTOR: f64 = 3.0;
 /// doc cH@1 .303 → .333 at 1.1; at 1.2 and more, issue titles that name the API
 /// they use (`xfail`, `default_headers`) ranked it above the file to fix.
 const NAME_SAID_FACTOR: f64 = 1.1;
-
-/// File stems of release notes (any extension, prose chunks only).
-const CHANGELOG_STEMS: &[&str] = &["changelog", "changes", "history", "news", "releases"];
-/// Folders of release-note fragments (towncrier and the like).
-const CHANGELOG_DIRS: &[&str] = &["changelog", "changelog.d", "changes", "newsfragments"];
 
 /// Query terms with their document frequencies.
 type Terms<'q> = Vec<(&'q String, f64)>;
@@ -1849,42 +1844,6 @@ fn is_test_module_context(context: &str) -> bool {
     })
 }
 
-/// Whether `path` lies in the project's documentation (`docs/`,
-/// `doc/en/example/`, `packages/ui/docs/`), not in a source module that
-/// happens to be called `doc` (ripgrep's `crates/core/flags/doc/`).
-fn is_docs_path(path: &str) -> bool {
-    let folders = path.split('/').rev().skip(1).collect::<Vec<_>>();
-    let Some(docs_at) = folders.iter().rposition(|s| *s == "doc" || *s == "docs") else {
-        return false;
-    };
-    !folders[docs_at + 1..]
-        .iter()
-        .any(|s| SOURCE_FOLDERS.contains(&s.to_ascii_lowercase().as_str()))
-}
-
-/// Folders that hold a project's source: a `doc` folder below one is a module.
-const SOURCE_FOLDERS: &[&str] = &["src", "lib", "crates", "pkg", "internal", "source"];
-
-/// A test file or a file in a test folder.
-pub fn is_test_path(path: &str) -> bool {
-    let p = path.to_ascii_lowercase();
-    p.split('/').any(|seg| {
-        seg == "test"
-            || seg == "tests"
-            || seg == "testing"
-            || seg == "__tests__"
-            || seg == "spec"
-            || seg.starts_with("test_")
-            || seg.ends_with("_test.go")
-            || seg.ends_with("_test.py")
-            || seg.contains(".test.")
-            || seg.contains(".spec.")
-            || seg.ends_with("test.java")
-            || seg.ends_with("tests.cs")
-            || seg == "conftest.py"
-    })
-}
-
 /// Why another definition of a query identifier is the one asked for
 /// (`--explain` says it), in the order [`outranked_definitions`] looks.
 const SPELLED_OTHERWISE: &str = "spelled otherwise than typed, and a definition spelled so is found";
@@ -2013,16 +1972,6 @@ fn rerank_factors(hit: &SearchHit, defines: Defines, intent: QueryIntent) -> Vec
         factors.push(("test code", if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR }));
     }
     factors
-}
-
-/// Chunks of prose: text windows and sections of markup.
-fn is_prose_kind(kind: &str) -> bool {
-    matches!(kind, "text" | "section")
-}
-
-/// Languages of config files (and plain text).
-fn is_config_language(language: &str) -> bool {
-    matches!(language, "json" | "toml" | "yaml" | lang::PLAIN_TEXT)
 }
 
 /// Whether the query says every word of the hit's name, or of one of its
@@ -2183,14 +2132,6 @@ fn fragment_names_path(fragment: &str, path: &str) -> bool {
         _ => format!("{dir}/{stem}"),
     };
     (2..=parts.len()).any(|n| ends_at_segment(&module, &parts[..n].join("/")))
-}
-
-fn is_changelog_path(path: &str) -> bool {
-    let path = path.to_ascii_lowercase();
-    let mut segments: Vec<&str> = path.split('/').collect();
-    let name = segments.pop().unwrap_or_default();
-    let stem = name.split('.').next().unwrap_or_default();
-    CHANGELOG_STEMS.contains(&stem) || segments.iter().any(|dir| CHANGELOG_DIRS.contains(dir))
 }
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
@@ -2410,27 +2351,6 @@ mod tests {
         narrow_to_member(&mut narrowed, &("f".to_string(), 3, 5));
         assert_eq!((narrowed.start_line, narrowed.end_line), (3, 5));
         assert_eq!((narrowed.copies[1].start_line, narrowed.copies[1].end_line), (42, 44));
-    }
-
-    #[test]
-    fn docs_folders_are_the_projects_not_source_modules_named_doc() {
-        for docs in [
-            "docs/conf.py",
-            "doc/en/example/conftest.py",
-            "packages/ui/docs/usage.md",
-            "docs/api/src/x.py",
-        ] {
-            assert!(is_docs_path(docs), "{docs}");
-        }
-        for source in [
-            "crates/core/flags/doc/version.rs",
-            "src/doc/mod.rs",
-            "lib/docs/render.js",
-            "docs.rs",
-            "a/doc",
-        ] {
-            assert!(!is_docs_path(source), "{source}");
-        }
     }
 
     #[test]
@@ -2767,15 +2687,6 @@ mod tests {
     }
 
     #[test]
-    fn test_paths_are_recognised() {
-        assert!(is_test_path("tests/test_x.py"));
-        assert!(is_test_path("pkg/server_test.go"));
-        assert!(is_test_path("src/app.spec.ts"));
-        assert!(is_test_path("src/testing/x.rs"));
-        assert!(!is_test_path("src/contest.rs"));
-    }
-
-    #[test]
     fn a_test_module_inside_a_source_file_is_test_code() {
         let hit = |path: &str, context: Option<&str>| SearchHit {
             path: path.into(),
@@ -2793,17 +2704,6 @@ mod tests {
         assert!(!is_test_code(&hit("src/a.rs", Some("mod testimony {"))));
         assert!(!is_test_code(&hit("src/a.rs", Some("mod attestation {"))));
         assert!(!is_test_code(&hit("src/a.rs", None)));
-    }
-
-    #[test]
-    fn changelogs_are_recognised_by_name_or_folder() {
-        assert!(is_changelog_path("CHANGELOG.md"));
-        assert!(is_changelog_path("doc/en/ChangeLog"));
-        assert!(is_changelog_path("HISTORY.rst"));
-        assert!(is_changelog_path("changelog/7356.bugfix.rst"));
-        assert!(is_changelog_path("newsfragments/12.feature"));
-        assert!(!is_changelog_path("src/history/store.md"));
-        assert!(!is_changelog_path("src/changes_view.py"));
     }
 
     #[test]
