@@ -20,7 +20,8 @@ use crate::graph::query::{Direction, Edge, Graph, Symbol};
 use crate::graph::resolve::Confidence;
 use crate::search::confidence::Confidence as MatchConfidence;
 use crate::search::kb::{self, KnowledgeBase, PROJECT};
-use crate::search::{is_test_path, SearchHit, SearchMode, SearchRequest, Searcher};
+use crate::search::{SearchHit, SearchMode, SearchRequest, Searcher};
+use crate::source::paths::is_test_path;
 
 /// Definitions among the top results whose callers, callees and tests are offered.
 const TOP_DEFINITIONS: usize = 4;

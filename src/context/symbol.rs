@@ -394,7 +394,7 @@ fn parent_dir(path: &str) -> &str {
 /// Test code: a test file, a test module, or a function named as a test.
 fn is_test_caller(e: &Edge) -> bool {
     let from = &e.from;
-    crate::search::is_test_path(&e.call_site.path)
+    crate::source::paths::is_test_path(&e.call_site.path)
         || from.container.as_deref().is_some_and(|c| {
             let c = c.to_ascii_lowercase();
             c == "tests" || c == "test" || c.ends_with("_tests") || c.starts_with("test_")

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::search::confidence::Confidence;
+use crate::search::fusion::DEFAULT_RRF_K;
 use crate::search::{SearchHit, SearchRequest, Searcher};
 
 /// A result with the name of the base it comes from.
@@ -260,7 +261,7 @@ pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
     let mut all: Vec<(f64, usize, usize, String, SearchHit)> = Vec::new();
     for (base_rank, list) in lists.into_iter().enumerate() {
         for (rank, hit) in list.hits.into_iter().enumerate() {
-            let fused = 1.0 / (60.0 + rank as f64 + 1.0);
+            let fused = 1.0 / (DEFAULT_RRF_K + rank as f64 + 1.0);
             all.push((fused, base_rank, rank, list.base.clone(), hit));
         }
     }

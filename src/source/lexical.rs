@@ -99,7 +99,7 @@ pub fn spaced_identifiers(text: &str) -> String {
 }
 
 /// Words from which a query is a question rather than a name or keywords.
-const QUESTION_WORDS: usize = 4;
+pub const QUESTION_WORDS: usize = 4;
 
 /// A question of several words, not a name or a few keywords.
 pub fn is_question(text: &str) -> bool {

@@ -1,0 +1,665 @@
+//! Gathering a query's candidates: BM25 over the selective terms with the
+//! definitions the query names (the lexical side), the nearest vectors (the
+//! vector side, its query embedded on another core meanwhile), each
+//! candidate then scored on the other side too, and read with its chunk.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Context, Result};
+use globset::GlobMatcher;
+use rusqlite::functions::FunctionFlags;
+use rusqlite::params_from_iter;
+use rusqlite::types::Value;
+
+use crate::source::lexical::QueryTerms;
+
+use super::definitions::{Defines, Member};
+use super::hit::SearchHit;
+use super::query::{Query, Wording};
+use super::semantic::{QueryVector, SemanticSide};
+use super::{PhaseClock, SearchMode, SearchRequest, Searcher};
+
+/// BM25 column weights: symbol name, path, body.
+const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
+/// Lexical candidates fetched per requested result, before the rerank.
+pub(super) const OVERFETCH: usize = 8;
+/// In hybrid mode the vector side goes this many times deeper than the
+/// lexical side: HNSW neighbours are cheap, and each is scored on both sides.
+const VECTOR_DEPTH_FACTOR: usize = 2;
+/// How deep the lexical ranking goes when filters reject most of the top.
+const MAX_LEXICAL_DEPTH: usize = 20_000;
+/// Terms in more than this share of chunks are left out of the lexical
+/// match when rarer terms remain (they cost the most and rank the least).
+const COMMON_TERM_SHARE: f64 = 0.05;
+/// Commoner terms join the match while the rows it visits stay under this,
+const MATCH_ROW_BUDGET: f64 = 10_000.0;
+/// unless they are in more than this share of chunks (words like `return`:
+/// they would match everything and rank nothing).
+const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
+
+/// A chunk found by either side, with what each side says of it.
+#[derive(Default)]
+pub(super) struct Candidate {
+    /// BM25 score (0 when only the vector side found the chunk).
+    pub(super) bm25: f64,
+    /// Cosine similarity to the query, when the vector side found the chunk.
+    pub(super) similarity: Option<f32>,
+    /// Cosine similarity of the chunk's signature vector to the query
+    /// (the nearest of `semantic::signature_texts`), when it has one.
+    pub(super) signature_similarity: Option<f32>,
+    /// Whether the chunk defines one of the query's identifiers, and how well.
+    pub(super) defines: Defines,
+    /// Found only by the vector side, below the lexical side's depth.
+    pub(super) deep: bool,
+    /// The definitions a query's identifiers name, when they are among
+    /// several packed in the chunk: the result is narrowed to their lines,
+    /// from the first to the last (overloads of one name stay together).
+    pub(super) exact_member: Option<Member>,
+}
+
+/// A candidate's chunk as read from the index, with its stored vectors (raw)
+/// until the query vector is there to compare them with.
+pub(super) struct CandidateRow {
+    hit: SearchHit,
+    vector: Option<Vec<u8>>,
+    signature: Option<Vec<u8>>,
+}
+
+/// Chunk ids with their cosine similarity to the query, best first.
+type Neighbours = Vec<(i64, f32)>;
+
+/// Query terms with their document frequencies.
+type Terms<'q> = Vec<(&'q String, f64)>;
+
+/// The query's very common terms (with document frequency), left out of the
+/// lexical match, and the chunk total their IDF is computed against.
+struct CommonTerms<'q> {
+    terms: Terms<'q>,
+    total: f64,
+}
+
+/// The lexical side's candidates, the terms they were matched on and the
+/// common terms left out of the match.
+type LexicalSide<'q> = (HashMap<i64, Candidate>, Terms<'q>, CommonTerms<'q>);
+
+/// The candidates of one query, read with their chunks: what fusion ranks.
+pub(super) struct Gathered<'s> {
+    pub candidates: HashMap<i64, Candidate>,
+    pub hits: Vec<SearchHit>,
+    /// The vector side, when it took part (not in lexical mode, nor for a
+    /// lone identifier that names a definition, nor without vectors or model).
+    pub vectors: Option<VectorSearch<'s>>,
+    /// Whether the hits were read with their text.
+    pub with_content: bool,
+}
+
+/// The vector side of one search: the semantic side and the query's vector.
+pub(super) struct VectorSearch<'s> {
+    pub side: &'s SemanticSide,
+    pub query: QueryVector,
+}
+
+impl Searcher {
+    /// The query's candidates from both sides, each scored on every side it
+    /// can be, and read with their chunks.
+    pub(super) fn gather(&self, query: &Query, req: &SearchRequest, clock: &mut PhaseClock) -> Result<Gathered<'_>> {
+        let fetch = (req.limit * OVERFETCH).max(50);
+        // Semantic mode waits for the model; hybrid answers lexically meanwhile.
+        let deferred = req.mode == SearchMode::Hybrid && self.model_deferred();
+        let (lexical, prefetched, preloaded) = self.lexical_while_embedding(query, req, fetch, deferred);
+        let (mut candidates, matched_terms, common) = lexical?;
+        clock.phases.lexical = clock.lap();
+        *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // A lone identifier that names a definition is answered by that
+        // definition: vectors add nothing, and loading the model costs more
+        // than the whole lexical search.
+        let lone_identifier = query.wording == Wording::Identifier && candidates.values().any(|c| c.defines.any());
+        let skip_vectors =
+            req.mode == SearchMode::Lexical || (req.mode == SearchMode::Hybrid && (lone_identifier || deferred));
+        let vectors = self.add_vector_candidates(&mut candidates, query, req, fetch, prefetched, skip_vectors)?;
+        if deferred && !lone_identifier {
+            self.set_notice(
+                "lexical results only: the embedding model is still loading (the server has just started); \
+                 the next searches use it"
+                    .to_string(),
+            );
+        }
+        clock.phases.vector = clock.lap();
+        if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty() {
+            self.add_bm25_of_vector_only(&mut candidates, &matched_terms)?;
+        }
+        clock.phases.rescore = clock.lap();
+        let with_content = needs_content(&common, query.fragments(req.mode));
+        // In hybrid mode, candidates the vector side did not reach get their
+        // similarity from their stored vectors, read with the rest of the
+        // chunk, so fusion compares every candidate on both sides.
+        let fill_from = vectors
+            .as_ref()
+            .filter(|_| req.mode == SearchMode::Hybrid)
+            .map(|v| (v.side.embedder.id(), v.query.vector.as_slice()));
+        let signature_model = vectors
+            .as_ref()
+            .map(|v| crate::embed::text::signature_model(v.side.embedder.id()));
+        let signatures_from = vectors
+            .as_ref()
+            .zip(signature_model.as_deref())
+            .map(|(v, model)| (model, v.query.vector.as_slice()));
+        let mut hits = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
+        if !common.terms.is_empty() {
+            add_common_term_scores(&mut hits, &mut candidates, &common);
+        }
+        clock.phases.load = clock.lap();
+        Ok(Gathered {
+            candidates,
+            hits,
+            vectors,
+            with_content,
+        })
+    }
+
+    /// The lexical side; meanwhile, when the search will use the query's
+    /// vector, the query embedded on another core and the lexical
+    /// candidates' rows read while the model runs: (the lexical side, the
+    /// query's vector, the rows read).
+    fn lexical_while_embedding<'q>(
+        &self,
+        query: &'q Query,
+        req: &SearchRequest,
+        fetch: usize,
+        deferred: bool,
+    ) -> (
+        Result<LexicalSide<'q>>,
+        Option<Result<QueryVector>>,
+        HashMap<i64, CandidateRow>,
+    ) {
+        // A query of several words will use its vector: embed it on another
+        // core while this one runs the lexical side (the model is the slower half).
+        let prefetch = req.mode != SearchMode::Lexical && !deferred && query.wording.several_words();
+        let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
+        std::thread::scope(|scope| {
+            let job = prefetch_side.map(|side| scope.spawn(move || side.embed_query(query)));
+            let lexical = self.lexical_side(query, req, fetch);
+            // While the other core embeds the query, read the lexical
+            // candidates' chunks and stored vectors (a failure here only
+            // means they are read after).
+            let preloaded = match (&lexical, prefetch_side) {
+                (Ok((candidates, _, common)), Some(side)) => {
+                    let vector_model = (req.mode == SearchMode::Hybrid).then(|| side.embedder.id());
+                    let signature_model = crate::embed::text::signature_model(side.embedder.id());
+                    self.read_rows(
+                        candidates.keys().copied(),
+                        needs_content(common, query.fragments(req.mode)),
+                        vector_model,
+                        Some(&signature_model),
+                    )
+                    .unwrap_or_default()
+                }
+                _ => HashMap::new(),
+            };
+            let prefetched = job.map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")))
+            });
+            (lexical, prefetched, preloaded)
+        })
+    }
+
+    /// Adds the vector side's candidates, the query's nearest chunks, with
+    /// their similarity (none when `skip`). `None`: the vector side took no
+    /// part (skipped, or no vectors or model: hybrid mode then answers
+    /// lexically and says why, semantic mode fails).
+    fn add_vector_candidates(
+        &self,
+        candidates: &mut HashMap<i64, Candidate>,
+        query: &Query,
+        req: &SearchRequest,
+        fetch: usize,
+        prefetched: Option<Result<QueryVector>>,
+        skip: bool,
+    ) -> Result<Option<VectorSearch<'_>>> {
+        Ok(match (req.mode, self.semantic_side_unless(skip)) {
+            (SearchMode::Lexical, _) => None,
+            (_, Err(why)) if why.is_empty() => None,
+            (mode, Ok(side)) => match self.vector_candidates(side, query, req, vector_fetch(mode, fetch), prefetched) {
+                Ok((query, found)) => {
+                    for (rank, (id, similarity)) in found.into_iter().enumerate() {
+                        let c = candidates.entry(id).or_default();
+                        c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
+                        c.deep = rank >= fetch && c.bm25 == 0.0;
+                    }
+                    Some(VectorSearch { side, query })
+                }
+                Err(e) if mode == SearchMode::Hybrid => {
+                    self.set_notice(format!("lexical results only: {e:#}"));
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+            (SearchMode::Semantic, Err(why)) => bail!("semantic search is unavailable: {why}"),
+            (SearchMode::Hybrid, Err(why)) => {
+                self.set_notice(format!("lexical results only: {why}"));
+                None
+            }
+        })
+    }
+
+    /// Fusion weighs every candidate on both sides: the ones only the
+    /// vector side found get their BM25 too (a chunk middling on both sides
+    /// is in neither side's top list, yet can be the best answer).
+    fn add_bm25_of_vector_only(&self, candidates: &mut HashMap<i64, Candidate>, matched_terms: &Terms) -> Result<()> {
+        let only_vector: Vec<i64> = candidates
+            .iter()
+            .filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any())
+            .map(|(&id, _)| id)
+            .collect();
+        for (id, score) in self.bm25_of(matched_terms, &only_vector)? {
+            if let Some(c) = candidates.get_mut(&id) {
+                c.bm25 = score;
+            }
+        }
+        Ok(())
+    }
+
+    /// BM25 candidates and exact symbol-name matches (none in semantic mode),
+    /// with the common terms left out of the match.
+    fn lexical_side<'q>(&self, query: &'q Query, req: &SearchRequest, fetch: usize) -> Result<LexicalSide<'q>> {
+        let mut candidates: HashMap<i64, Candidate> = HashMap::new();
+        let (terms, common) = self.selective_terms(&query.lexical)?;
+        if req.mode != SearchMode::Semantic && !terms.is_empty() {
+            let words: Vec<&String> = terms.iter().map(|(t, _)| *t).collect();
+            for (id, rank) in self.lexical_candidates(&words, req, fetch)? {
+                candidates.entry(id).or_default().bm25 = -rank;
+            }
+        }
+        if req.mode != SearchMode::Semantic {
+            self.add_definitions(&mut candidates, query, req)?;
+        }
+        Ok((candidates, terms, common))
+    }
+
+    pub(super) fn chunk_total(&self) -> Result<f64> {
+        Ok(
+            match self.store.meta("chunk_count")?.and_then(|v| v.parse::<f64>().ok()) {
+                Some(n) => n,
+                None => self
+                    .store
+                    .conn
+                    .query_row("SELECT count(*) FROM chunks", [], |r| r.get::<_, i64>(0))?
+                    as f64,
+            },
+        )
+    }
+
+    /// Splits the query's terms (those present in the index) into the ones
+    /// candidates are matched on and the very common ones, which are left out
+    /// of the match when rarer terms exist and the match would visit more
+    /// than [`MATCH_ROW_BUDGET`] rows (they cost the most and rank the least);
+    /// those are scored on the candidates instead, with their document frequency.
+    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Terms<'q>, CommonTerms<'q>)> {
+        let total = self.chunk_total()?;
+        let mut with_df = Vec::new();
+        for term in &q.terms {
+            let df = self.store.term_frequency(term)?;
+            if df > 0 {
+                with_df.push((term, df as f64));
+            }
+        }
+        // The stored total is written at the end of an index run; chunks
+        // committed since can make a term's frequency exceed it.
+        let total = with_df.iter().map(|(_, df)| *df).fold(total, f64::max);
+        // Rare terms are always matched; commoner ones too, rarest first,
+        // while the rows to score stay within budget: a chunk that has only
+        // the moderately common words of a query must still be found.
+        let mut by_df = with_df.clone();
+        by_df.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut rows = 0.0;
+        let mut chosen = Vec::new();
+        for (term, df) in by_df {
+            let within_budget = df <= total * MATCHED_TERM_MAX_SHARE && rows + df <= MATCH_ROW_BUDGET;
+            if df <= total * COMMON_TERM_SHARE || within_budget {
+                chosen.push(term);
+                rows += df;
+            }
+        }
+        // Only very common words: match on them all rather than on nothing.
+        let (matched, common): (Vec<_>, Vec<_>) = with_df
+            .into_iter()
+            .partition(|(t, _)| chosen.is_empty() || chosen.contains(t));
+        Ok((matched, CommonTerms { terms: common, total }))
+    }
+
+    pub(super) fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
+        self.store.conn.create_scalar_function(
+            "ken_path_matches",
+            1,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            move |ctx| {
+                let path: String = ctx.get(0)?;
+                Ok(matcher.as_ref().is_none_or(|m| m.is_match(&path)))
+            },
+        )?;
+        Ok(())
+    }
+
+    /// SQL conditions and parameters for the request's filters; `?1` is the branch.
+    pub(super) fn filters(&self, req: &SearchRequest) -> (String, Vec<Value>) {
+        let mut sql = String::new();
+        let mut params = vec![Value::Text(self.branch.clone())];
+        if req.path_glob.is_some() {
+            sql.push_str(" AND ken_path_matches(k.path)");
+        }
+        if let Some(lang) = &req.language {
+            params.push(Value::Text(lang.to_ascii_lowercase()));
+            // A lookup only when filtering: the queries do not join `files`.
+            sql.push_str(&format!(
+                " AND (SELECT language FROM files WHERE id = c.file_id) = ?{}",
+                params.len()
+            ));
+        }
+        if let Some(kind) = &req.kind {
+            params.push(Value::Text(kind.to_ascii_lowercase()));
+            sql.push_str(&format!(" AND c.kind = ?{}", params.len()));
+        }
+        (sql, params)
+    }
+
+    /// The best `fetch` chunks by BM25 that pass the branch and filters.
+    /// FTS5 ranks alone first (no joins per match, which is what makes broad
+    /// queries slow); the winners are then checked against the catalog and
+    /// filters, fetching deeper only when too many were filtered out.
+    fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
+        let fts_query = QueryTerms::fts_match(terms.iter().copied());
+        let (ws, wp, wb) = BM25_WEIGHTS;
+        // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
+        // skips reading the length of rows that cannot make the top `depth`.
+        let rank = if self.stock_bm25.load(std::sync::atomic::Ordering::Relaxed) {
+            format!("bm25(chunks_fts, {ws}, {wp}, {wb})")
+        } else {
+            format!("ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb})")
+        };
+        let mut ranked_stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT rowid, {rank} AS s FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
+        ))?;
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(Value::Null);
+        let id_param = params.len();
+        let mut visible_stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT c.id FROM chunks c
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             WHERE c.id = ?{id_param}{filter_sql}"
+        ))?;
+        let mut depth = fetch;
+        loop {
+            let ranked: Vec<(i64, f64)> = ranked_stmt
+                .query_map(rusqlite::params![fts_query, depth as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()
+                .context("lexical search failed")?;
+            let exhausted = ranked.len() < depth;
+            let mut visible = Vec::with_capacity(fetch);
+            for (id, rank) in ranked {
+                *params.last_mut().expect("id parameter") = Value::Integer(id);
+                if visible_stmt.exists(params_from_iter(params.iter()))? {
+                    visible.push((id, rank));
+                    if visible.len() >= fetch {
+                        break;
+                    }
+                }
+            }
+            if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {
+                return Ok(visible);
+            }
+            depth *= 4;
+        }
+    }
+
+    /// The BM25 score of each of `ids` that matches `terms` (with their
+    /// document frequencies): the lexical side's score, for chunks only the
+    /// vector side found.
+    fn bm25_of(&self, terms: &[(&String, f64)], ids: &[i64]) -> Result<Vec<(i64, f64)>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
+        let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
+        let (ws, wp, wb) = BM25_WEIGHTS;
+        // One pass over the query's matches (`+rowid` keeps the list out of
+        // FTS5's plan, which would restart the match once per id).
+        let list = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",");
+        let mut stmt = self.store.conn.prepare(&format!(
+            "SELECT rowid, ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
+             WHERE chunks_fts MATCH ?1 AND +rowid IN ({list})"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params![fts_query, frequencies], |r| {
+            Ok((r.get(0)?, -r.get::<_, f64>(1)?))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Chunks whose embedding is among the query's nearest neighbours, with
+    /// similarity, restricted to the branch and filters.
+    fn vector_candidates(
+        &self,
+        side: &SemanticSide,
+        query: &Query,
+        req: &SearchRequest,
+        fetch: usize,
+        prefetched: Option<Result<QueryVector>>,
+    ) -> Result<(QueryVector, Neighbours)> {
+        let query = match prefetched {
+            Some(vector) => vector?,
+            None => side.embed_query(query)?,
+        };
+        let found = self.neighbours(side, &query.vector, req, fetch)?;
+        Ok((query, found))
+    }
+
+    /// The chunks (of the branch, passing the filters) whose vectors are
+    /// nearest to `vector`, best first, with cosine similarity.
+    pub(super) fn neighbours(
+        &self,
+        side: &SemanticSide,
+        vector: &[f32],
+        req: &SearchRequest,
+        fetch: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        let neighbours = side.vectors.search(vector, fetch * 2)?;
+        let (filter_sql, mut params) = self.filters(req);
+        params.push(Value::Null);
+        let id_param = params.len();
+        let mut stmt = self.store.conn.prepare_cached(&format!(
+            "SELECT c.id FROM embeddings e
+             JOIN chunks c ON c.content_hash = e.content_hash
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+             WHERE e.id = ?{id_param}{filter_sql}"
+        ))?;
+        let mut out = Vec::new();
+        for (embedding_id, similarity) in neighbours {
+            *params.last_mut().expect("id parameter") = Value::Integer(embedding_id);
+            let ids: Vec<i64> = stmt
+                .query_map(params_from_iter(params.iter()), |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            out.extend(ids.into_iter().map(|id| (id, similarity)));
+            if out.len() >= fetch {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The candidates' chunks, with their text when `with_content` (else
+    /// [`Self::load_contents`] reads it for the few that are returned). With
+    /// `fill_from` (model, query vector), a candidate that has no similarity
+    /// yet gets it from its stored vector, if it has one; with
+    /// `signatures_from`, its signature similarity likewise. Rows in
+    /// `preloaded` (read with the same `with_content` and models) are not read again.
+    pub(super) fn load_hits(
+        &self,
+        candidates: &mut HashMap<i64, Candidate>,
+        with_content: bool,
+        fill_from: Option<(&str, &[f32])>,
+        signatures_from: Option<(&str, &[f32])>,
+        mut preloaded: HashMap<i64, CandidateRow>,
+    ) -> Result<Vec<SearchHit>> {
+        let mut stmt = self.row_statement()?;
+        let mut hits = Vec::with_capacity(candidates.len());
+        for (&id, candidate) in candidates.iter_mut() {
+            let row = match preloaded.remove(&id) {
+                Some(row) => row,
+                None => {
+                    let model = fill_from
+                        .filter(|_| candidate.similarity.is_none())
+                        .map(|(model, _)| model);
+                    let signature_model = signatures_from.map(|(model, _)| model);
+                    self.read_row(&mut stmt, id, with_content, model, signature_model)?
+                }
+            };
+            if let (None, Some(blob), Some((_, query))) = (candidate.similarity, &row.vector, fill_from) {
+                candidate.similarity = Some(crate::embed::cosine(query, &crate::store::vectors::decode(blob)));
+            }
+            if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
+                // One vector per name of the chunk, end to end: the nearest counts.
+                candidate.signature_similarity = crate::store::vectors::decode(blob)
+                    .chunks_exact(query.len().max(1))
+                    .map(|v| crate::embed::cosine(query, v))
+                    .reduce(f32::max);
+            }
+            hits.push(row.hit);
+        }
+        Ok(hits)
+    }
+
+    /// The rows of `ids` (see [`Self::read_row`]).
+    fn read_rows(
+        &self,
+        ids: impl IntoIterator<Item = i64>,
+        with_content: bool,
+        vector_model: Option<&str>,
+        signature_model: Option<&str>,
+    ) -> Result<HashMap<i64, CandidateRow>> {
+        let mut stmt = self.row_statement()?;
+        ids.into_iter()
+            .map(|id| {
+                let row = self.read_row(&mut stmt, id, with_content, vector_model, signature_model)?;
+                Ok((id, row))
+            })
+            .collect()
+    }
+
+    /// The statement [`Self::read_row`] runs: one lookup per chunk, whose
+    /// CASEs skip what is not asked for.
+    fn row_statement(&self) -> Result<rusqlite::CachedStatement<'_>> {
+        Ok(self.store.conn.prepare_cached(
+            "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
+                    CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
+                    CASE WHEN ?4 IS NOT NULL THEN
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
+                    CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
+                    c.content_hash
+             FROM chunks c
+             JOIN files f ON f.id = c.file_id
+             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
+             WHERE c.id = ?1",
+        )?)
+    }
+
+    /// A candidate's chunk, with its text when `with_content`, its vector of
+    /// `vector_model` and its signature vectors of `signature_model` when given.
+    fn read_row(
+        &self,
+        stmt: &mut rusqlite::Statement,
+        id: i64,
+        with_content: bool,
+        vector_model: Option<&str>,
+        signature_model: Option<&str>,
+    ) -> Result<CandidateRow> {
+        let row = stmt.query_row(
+            rusqlite::params![id, self.branch, with_content, vector_model, signature_model],
+            |r| {
+                Ok(CandidateRow {
+                    hit: SearchHit {
+                        path: r.get(0)?,
+                        start_line: r.get(1)?,
+                        end_line: r.get(2)?,
+                        score: 0.0,
+                        kind: r.get(3)?,
+                        symbol: r.get(4)?,
+                        language: r.get(5)?,
+                        snippet: String::new(),
+                        context: r.get(6)?,
+                        content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                        explain: None,
+                        copies: Vec::new(),
+                        chunk_id: id,
+                        content_hash: r.get(10)?,
+                    },
+                    vector: r.get(8)?,
+                    signature: r.get(9)?,
+                })
+            },
+        )?;
+        Ok(row)
+    }
+
+    /// Reads the text of hits loaded without it.
+    pub(super) fn load_contents(&self, hits: &mut [SearchHit]) -> Result<()> {
+        let mut stmt = self
+            .store
+            .conn
+            .prepare_cached("SELECT t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1")?;
+        for hit in hits.iter_mut().filter(|h| h.content.is_empty()) {
+            hit.content = stmt.query_row([hit.chunk_id], |r| r.get(0))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether every candidate is read with its text: when common terms score
+/// on it or code fragments of the query are looked for in it.
+fn needs_content(common: &CommonTerms, fragments: &[String]) -> bool {
+    !common.terms.is_empty() || !fragments.is_empty()
+}
+
+/// How many vector neighbours a search of `mode` takes.
+fn vector_fetch(mode: SearchMode, fetch: usize) -> usize {
+    if mode == SearchMode::Hybrid {
+        fetch * VECTOR_DEPTH_FACTOR
+    } else {
+        fetch
+    }
+}
+
+/// Adds to each candidate the BM25 share of the common terms that were left
+/// out of the lexical match, estimated from the chunk's text: term frequency by
+/// counting the (stemmed) term in the lowercased symbol, path and body, and
+/// length relative to the other candidates. These terms have a low IDF, so
+/// the estimate only reorders candidates that the rare terms found.
+fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, Candidate>, common: &CommonTerms) {
+    let total = common.total;
+    const K1: f64 = 1.2;
+    const B: f64 = 0.75;
+    let (ws, wp, wb) = BM25_WEIGHTS;
+    let avg_len = hits.iter().map(|h| h.content.len() as f64).sum::<f64>() / hits.len().max(1) as f64;
+    for hit in hits.iter() {
+        let symbol = hit.symbol.as_deref().unwrap_or("").to_lowercase();
+        let path = hit.path.to_lowercase();
+        let body = hit.content.to_lowercase();
+        let norm = 1.0 - B + B * hit.content.len() as f64 / avg_len.max(1.0);
+        let mut extra = 0.0;
+        for (term, df) in &common.terms {
+            let tf = ws * symbol.matches(term.as_str()).count() as f64
+                + wp * path.matches(term.as_str()).count() as f64
+                + wb * body.matches(term.as_str()).count() as f64;
+            if tf > 0.0 {
+                let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+                extra += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
+            }
+        }
+        if let Some(c) = candidates.get_mut(&hit.chunk_id).filter(|c| c.bm25 > 0.0) {
+            c.bm25 += extra;
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! What a search returns: the [`SearchHit`], the [`Explain`] of its score,
+//! and the finishing of its text: the snippet, and a packed chunk cut to the
+//! definitions the query named. Also the code words of a chunk's text, which
+//! quoted code and declared names are looked for in.
+
+use serde::Serialize;
+
+use crate::source::lexical::{self, QueryTerms};
+
+use super::definitions::Member;
+use super::fusion::Weights;
+
+/// How many lines a hit's snippet has.
+const SNIPPET_LINES: usize = 4;
+
+/// One ranked result.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SearchHit {
+    /// Path relative to the indexed root, `/`-separated.
+    pub path: String,
+    /// 1-based, inclusive.
+    pub start_line: u32,
+    pub end_line: u32,
+    pub score: f64,
+    pub kind: String,
+    pub symbol: Option<String>,
+    pub language: String,
+    /// The lines of the chunk that best match the query.
+    pub snippet: String,
+    /// Signatures of enclosing definitions (e.g. the class of a method).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// Why the hit ranks where it does (only when asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+    /// The same text elsewhere: chunks identical to this one, which rank
+    /// here once instead of filling the list with copies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<Location>,
+    #[serde(skip)]
+    pub content: String,
+    #[serde(skip)]
+    pub chunk_id: i64,
+    /// The hash of the chunk's text (0: unknown).
+    #[serde(skip)]
+    pub content_hash: i64,
+}
+
+/// Lines of a file, 1-based and inclusive.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
+pub struct Location {
+    pub path: String,
+    pub start_line: u32,
+    pub end_line: u32,
+}
+
+/// How a hit's score was made: the sides of the fusion, then each factor
+/// of the rerank and of the per-file spread. `score` = `fused` × the factors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Explain {
+    /// BM25 of the chunk for the query's terms (0: none of them in it).
+    pub bm25: f64,
+    /// The lexical side: BM25 over the best candidate's, 0..1.
+    pub lexical: f64,
+    /// Cosine similarity of the chunk's vector to the query's (none: no vector, or lexical mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine: Option<f32>,
+    /// The semantic side: that similarity scaled by the candidates' spread, 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semantic: Option<f64>,
+    /// Cosine similarity of the nearest of the chunk's signature vectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature_cosine: Option<f32>,
+    /// The signature side, scaled like the semantic side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<f64>,
+    /// The sides combined (`KEN_FUSION`, `KEN_FUSION_WEIGHTS`).
+    pub fused: f64,
+    /// The weight of each side in `fused`, in hybrid mode with vectors:
+    /// `KEN_FUSION_WEIGHTS`, else the model's (BM25's times its lexical
+    /// weight); BM25's times 1.4 for a query the query adapter leaves as typed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
+    /// The factors applied after the fusion, in order.
+    pub factors: Vec<ExplainFactor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ExplainFactor {
+    pub reason: String,
+    pub factor: f64,
+}
+
+/// A hit as returned: cut to the definitions the query named (`member`),
+/// with the lines that best match the query as its snippet, its score
+/// rounded to six decimals.
+pub(super) fn finish_hit(hit: &mut SearchHit, member: Option<&Member>, q: &QueryTerms) {
+    if let Some(member) = member {
+        narrow_to_member(hit, member);
+    }
+    hit.snippet = snippet(&hit.content, q, SNIPPET_LINES);
+    hit.score = (hit.score * 1e6).round() / 1e6;
+}
+
+/// Cuts a hit on a packed chunk down to the definitions the query named.
+pub(super) fn narrow_to_member(hit: &mut SearchHit, (name, start, end): &Member) {
+    if *start < hit.start_line || *end > hit.end_line || (*start, *end) == (hit.start_line, hit.end_line) {
+        return;
+    }
+    let skip = (start - hit.start_line) as usize;
+    let take = (end - start + 1) as usize;
+    hit.content = hit.content.split_inclusive('\n').skip(skip).take(take).collect();
+    hit.symbol = Some(name.clone());
+    // Copies hold the same text: the same lines of it.
+    for copy in &mut hit.copies {
+        copy.start_line += skip as u32;
+        copy.end_line = copy.start_line + take as u32 - 1;
+    }
+    hit.start_line = *start;
+    hit.end_line = *end;
+}
+
+/// The `max_lines` consecutive lines of `content` that contain the most
+/// distinct query terms (the first lines when nothing matches).
+pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
+    let lines: Vec<&str> = content.lines().collect();
+    if lines.len() <= max_lines {
+        return lines.join("\n");
+    }
+    let line_terms: Vec<Vec<String>> = lines
+        .iter()
+        .map(|line| {
+            let mut s = String::new();
+            lexical::index_terms(line, &mut s);
+            s.split(' ')
+                .filter(|t| q.terms.iter().any(|qt| qt == t))
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let mut best = (0usize, 0usize);
+    for start in 0..=lines.len() - max_lines {
+        let mut distinct: Vec<&String> = line_terms[start..start + max_lines].iter().flatten().collect();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() > best.1 {
+            best = (start, distinct.len());
+        }
+    }
+    lines[best.0..best.0 + max_lines].join("\n")
+}
+
+/// The words of a chunk's code lines. Comments and doctest examples
+/// (`>>> r = requests.get(url)` in a docstring) show how an API is used;
+/// quoting it, a question is after the code itself.
+pub(super) fn code_words(content: &str) -> Vec<&str> {
+    content
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| !is_commentary(l))
+        .flat_map(str::split_whitespace)
+        .collect()
+}
+
+/// A (trimmed) line that is a comment or a doctest example. Unlike the
+/// signature texts' filter, attributes and preprocessor lines (`#[cfg(test)]`,
+/// `#ifdef HAVE_UTF8PROC`) are code here: a question may quote them.
+fn is_commentary(line: &str) -> bool {
+    let hash_comment =
+        line.starts_with('#') && !line[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '[' || c == '!');
+    hash_comment
+        || ["//", "/*", "*/", "* ", "-- ", ">>>", "... ", "\"\"\"", "'''"]
+            .iter()
+            .any(|p| line.starts_with(p))
+        || line == "*"
+}
+
+/// Whether `text` holds `fragment` not as part of a longer name: the quoted
+/// `pytest.mark.skip` is not in `pytest.mark.skipif`, `get(` is not in `target(`.
+pub(super) fn contains_whole(text: &str, fragment: &str) -> bool {
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
+    let starts_with_name = fragment.chars().next().is_some_and(is_name_char);
+    let ends_with_name = fragment.chars().next_back().is_some_and(is_name_char);
+    text.match_indices(fragment).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + fragment.len()..].chars().next();
+        let joins_before = starts_with_name && before.is_some_and(is_name_char);
+        let joins_after = ends_with_name && after.is_some_and(is_name_char);
+        !(joins_before || joins_after)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_code_is_looked_for_in_code_lines_only() {
+        let chunk = "\"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n\"\"\"\n# requests.get in a comment\n// requests.get\n * requests.get\n#[cfg(test)]\n#ifdef HAVE_UTF8PROC\nreturn session.request(url)\n";
+        let words = code_words(chunk).join(" ");
+        assert!(!words.contains("requests.get"), "{words}");
+        assert!(!words.contains("r.ok"), "{words}");
+        assert!(words.contains("#[cfg(test)]"), "{words}");
+        assert!(words.contains("#ifdef HAVE_UTF8PROC"), "{words}");
+        assert!(words.contains("session.request(url)"), "{words}");
+    }
+
+    #[test]
+    fn a_quoted_fragment_matches_only_whole_names() {
+        assert!(contains_whole("use pytest.mark.skip here", "pytest.mark.skip"));
+        assert!(contains_whole("@pytest.mark.skip(reason=x)", "pytest.mark.skip"));
+        assert!(!contains_whole("use the pytest.mark.skipif marker", "pytest.mark.skip"));
+        assert!(!contains_whole("mypytest.mark.skip", "pytest.mark.skip"));
+        assert!(contains_whole("x = builtin_str(method)", "builtin_str(method)"));
+        // Punctuation at the fragment's edge needs no boundary.
+        assert!(contains_whole("self.get(key)", ".get("));
+        assert!(contains_whole("--jobs=0 -v", "--jobs=0"));
+        assert!(!contains_whole("--jobs=01", "--jobs=0"));
+        assert!(contains_whole("é--runxfail", "--runxfail"));
+    }
+}

@@ -1,0 +1,128 @@
+//! The query, parsed once into the one value every stage reads: its terms,
+//! the code it quotes and the identifiers it names ([`QueryTerms`]), how it
+//! is worded (an identifier, keywords or a question), the kinds of files it
+//! asks for, and the text its vector is made from.
+
+use crate::source::lexical::{self, QueryTerms};
+
+use super::SearchMode;
+
+/// A query as the search reads it.
+#[derive(Debug, Clone)]
+pub(super) struct Query {
+    /// As typed.
+    pub text: String,
+    /// The terms BM25 counts, the identifiers the query names (joined keys
+    /// and spellings) and the code it quotes.
+    pub lexical: QueryTerms,
+    pub wording: Wording,
+    pub intent: QueryIntent,
+    /// What the embedder embeds for it ([`crate::embed::text::query_text`]).
+    pub embed_text: String,
+}
+
+impl Query {
+    pub fn parse(text: &str) -> Query {
+        let lexical = QueryTerms::parse(text);
+        let wording = Wording::of(text.split_whitespace().count());
+        Query {
+            text: text.to_string(),
+            intent: QueryIntent::of(&lexical, wording),
+            lexical,
+            wording,
+            embed_text: crate::embed::text::query_text(text).into_owned(),
+        }
+    }
+
+    /// The code the query quotes, looked for verbatim. Quoted code is a
+    /// lexical signal: semantic mode ranks by meaning alone.
+    pub fn fragments(&self, mode: SearchMode) -> &[String] {
+        if mode == SearchMode::Semantic {
+            &[]
+        } else {
+            &self.lexical.fragments
+        }
+    }
+
+    /// Whether a hit's name said in the query's words counts
+    /// ([`super::rerank`]'s `says_name`). A lone word is an identifier,
+    /// answered by exact symbol matches; names are a lexical signal, so
+    /// semantic mode ranks by meaning alone.
+    pub fn says_names(&self, mode: SearchMode) -> bool {
+        mode != SearchMode::Semantic && self.wording.several_words()
+    }
+}
+
+/// How a query is worded, by its count of words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wording {
+    /// No words: nothing to search for.
+    Blank,
+    /// One word: an identifier, or a word looked for as one.
+    Identifier,
+    /// A name or a few keywords, below [`lexical::QUESTION_WORDS`].
+    Keywords,
+    /// A question of several words, not a name or a few keywords.
+    Question,
+}
+
+impl Wording {
+    fn of(words: usize) -> Wording {
+        match words {
+            0 => Wording::Blank,
+            1 => Wording::Identifier,
+            n if n < lexical::QUESTION_WORDS => Wording::Keywords,
+            _ => Wording::Question,
+        }
+    }
+
+    /// More than one word.
+    pub fn several_words(self) -> bool {
+        matches!(self, Wording::Keywords | Wording::Question)
+    }
+}
+
+/// Which kinds of non-source files the query asks for (stemmed terms).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct QueryIntent {
+    pub tests: bool,
+    pub docs: bool,
+    pub config: bool,
+    pub changelog: bool,
+    /// A question of several words, not a name or a few keywords.
+    pub question: bool,
+}
+
+impl QueryIntent {
+    fn of(q: &QueryTerms, wording: Wording) -> QueryIntent {
+        let any = |pred: &dyn Fn(&str) -> bool| q.terms.iter().any(|t| pred(t));
+        QueryIntent {
+            tests: any(&|t| t.starts_with("test") || t == "spec"),
+            docs: any(&|t| ["doc", "readm", "document", "guid"].contains(&t)),
+            config: any(&|t| {
+                t.starts_with("config")
+                    || t.starts_with("setting")
+                    || ["toml", "yaml", "yml", "json", "ini"].contains(&t)
+            }),
+            changelog: any(&|t| t == "changelog" || t == "news" || t.starts_with("releas")),
+            question: wording == Wording::Question,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_is_worded_by_its_count_of_words() {
+        let wording = |q: &str| Query::parse(q).wording;
+        assert_eq!(wording("  "), Wording::Blank);
+        assert_eq!(wording("parse_config"), Wording::Identifier);
+        assert_eq!(wording("retry backoff delay"), Wording::Keywords);
+        assert_eq!(wording("how long to wait"), Wording::Question);
+        for q in ["", "x", "a b", "a b c", "a b c d", "a  b\tc\nd e"] {
+            assert_eq!(wording(q) == Wording::Question, lexical::is_question(q), "{q:?}");
+        }
+    }
+}

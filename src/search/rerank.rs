@@ -1,0 +1,466 @@
+//! The rerank: the factors a hit's fused score is multiplied by, each with
+//! what it is for (definitions and exact names first, code the query quotes
+//! or names in words, tests, docs, prose and config files after source
+//! unless asked for).
+
+use std::collections::HashMap;
+
+use crate::source::lexical::{self, QueryTerms};
+use crate::source::paths::{is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path};
+
+use super::candidates::Candidate;
+use super::definitions::Defines;
+use super::fusion::FusionExplain;
+use super::hit::{code_words, contains_whole, SearchHit};
+use super::query::{Query, QueryIntent};
+use super::SearchMode;
+
+/// Score factors of the rerank for what is not source code, each measured on
+/// the public eval's swe set (tests, changelogs, prose and config files
+/// outranked the source files an issue is about) and lifted, or softened for
+/// tests, when the query asks for that kind of file.
+const TEST_FACTOR: f64 = 0.3;
+/// A query that says "test" often means the product's own tests (pytest's
+/// issues do), so asking softens the demotion instead of lifting it.
+const TEST_FACTOR_ASKED: f64 = 0.5;
+const DOCS_FOLDER_FACTOR: f64 = 0.7;
+const PROSE_FACTOR: f64 = 0.35;
+const CONFIG_FACTOR: f64 = 0.5;
+const CHANGELOG_FACTOR: f64 = 0.3;
+const MODULE_FACTOR: f64 = 0.8;
+/// A question of several words asks what code does, which a function
+/// answers: a type's fields and header share its words but rarely are the
+/// answer (measured on the public eval, see BENCHMARKS.md "Types after code
+/// for questions"). Names and keywords (one to three words) are untouched,
+/// and so is a question that says "class" or "struct": those words are as
+/// often about the classes the code handles (swe pytest-10356).
+const TYPE_FACTOR: f64 = 0.9;
+/// A definition of the identifier the query is (`parse_config`), or one of
+/// a few words names: that is what was asked for.
+const EXACT_SYMBOL_FACTOR: f64 = 3.0;
+/// In a question of several words, an identifier is one clue among the
+/// words: the answer is as often code that uses it ("Get the TreeBuilder
+/// currently in use" asks for `getTreeBuilder`, not the class). Measured on
+/// the public eval: hybrid file R@1 swe .506 → .519, doc .717 → .723; lexical
+/// swe .512 → .525; no metric lower in any set (BENCHMARKS.md "An identifier
+/// in a question, and BM25 for what the adapter passes by").
+const EXACT_SYMBOL_IN_QUESTION_FACTOR: f64 = 2.0;
+/// What a definition of a query identifier counts for when another one is
+/// the one asked for ([`super::definitions::outranked_definitions`]): as any
+/// other candidate, so the one asked for (BM25 at least half the best's,
+/// times [`EXACT_SYMBOL_FACTOR`]) comes first.
+const OUTRANKED_DEFINITION_FACTOR: f64 = 1.0;
+const TYPE_KINDS: &[&str] = &[
+    "struct",
+    "class",
+    "interface",
+    "type",
+    "enum",
+    "trait",
+    "impl",
+    "union",
+    "object",
+];
+/// A chunk that holds code quoted in the query, verbatim, or lies in a file
+/// the query names (swe: `method = builtin_str(method)` rose from 8th to 1st).
+const FRAGMENT_FACTOR: f64 = 3.0;
+/// A definition whose name the query says in words (`toRgb` for "convert to
+/// a RGB color"): an undocumented function otherwise loses to a documented
+/// neighbour that shares the question's words. Measured on the public eval:
+/// doc cH@1 .303 → .333 at 1.1; at 1.2 and more, issue titles that name the API
+/// they use (`xfail`, `default_headers`) ranked it above the file to fix.
+const NAME_SAID_FACTOR: f64 = 1.1;
+
+/// Scores each hit: its fused score times the rerank's factors; with
+/// `explain`, how the score was made.
+pub(super) fn rerank(
+    hits: &mut [SearchHit],
+    candidates: &HashMap<i64, Candidate>,
+    fused: &HashMap<i64, f64>,
+    query: &Query,
+    mode: SearchMode,
+    explain: Option<&FusionExplain>,
+) {
+    let fragments = query.fragments(mode);
+    let says_names = query.says_names(mode);
+    for hit in hits {
+        let cand = &candidates[&hit.chunk_id];
+        let mut factors = rerank_factors(hit, cand.defines, query.intent);
+        // Tests quote the calls and flags of the issue they reproduce:
+        // there a verbatim match says little about where the code is.
+        if quotes_fragment(hit, fragments) && (query.intent.tests || !is_test_code(hit)) {
+            factors.push(("quotes the query's code or names its file", FRAGMENT_FACTOR));
+        }
+        if let Some(reason) = says_names.then(|| says_name(hit, &query.lexical)).flatten() {
+            factors.push((reason, NAME_SAID_FACTOR));
+        }
+        let fused = fused[&hit.chunk_id];
+        hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
+        if let Some(explain) = explain {
+            hit.explain = Some(explain.explain(cand, fused, &factors));
+        }
+    }
+}
+
+/// The rerank's factors for a hit, each with what it is for (see [`Explain`]).
+fn rerank_factors(hit: &SearchHit, defines: Defines, intent: QueryIntent) -> Vec<(&'static str, f64)> {
+    let mut factors = Vec::new();
+    if defines.any() {
+        let factor = if intent.question {
+            EXACT_SYMBOL_IN_QUESTION_FACTOR
+        } else {
+            EXACT_SYMBOL_FACTOR
+        };
+        factors.push(("defines the identifier", factor));
+        if let Defines::Outranked(why) = defines {
+            factors.push((why, OUTRANKED_DEFINITION_FACTOR / factor));
+        }
+    }
+    if hit.kind == "module" {
+        factors.push(("module-level code", MODULE_FACTOR));
+    }
+    if intent.question && TYPE_KINDS.contains(&hit.kind.as_str()) {
+        factors.push(("a type, for a question", TYPE_FACTOR));
+    }
+    let prose = is_prose_kind(&hit.kind);
+    let changelog = prose && is_changelog_path(&hit.path);
+    let config = is_config_language(&hit.language);
+    let asked_for_this = (changelog && intent.changelog) || (config && intent.config);
+    if !intent.docs {
+        if prose && !asked_for_this {
+            factors.push(("prose", PROSE_FACTOR));
+        }
+        if config && !intent.config {
+            factors.push(("config file", CONFIG_FACTOR));
+        }
+        if is_docs_path(&hit.path) {
+            factors.push(("docs folder", DOCS_FOLDER_FACTOR));
+        }
+    }
+    if changelog && !intent.changelog {
+        factors.push(("changelog", CHANGELOG_FACTOR));
+    }
+    if is_test_code(hit) {
+        factors.push(("test code", if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR }));
+    }
+    factors
+}
+
+/// Test code: a test file, or a test module inside a source file (Rust's
+/// `#[cfg(test)] mod tests`, whose chunks share the file of the code they test).
+fn is_test_code(hit: &SearchHit) -> bool {
+    is_test_path(&hit.path) || hit.context.as_deref().is_some_and(is_test_module_context)
+}
+
+/// Whether one of the enclosing signatures opens a test module (`mod tests {`).
+fn is_test_module_context(context: &str) -> bool {
+    context.lines().any(|line| {
+        let line = line.trim_start();
+        let line = line.strip_prefix("pub ").unwrap_or(line);
+        line.strip_prefix("mod ").is_some_and(|rest| {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            name == "test" || name == "tests" || name.starts_with("test_") || name.ends_with("_tests")
+        })
+    })
+}
+
+/// Whether the query says every word of the hit's name, or of one of its
+/// names in a chunk of several definitions (stopwords such as `get` and `is`
+/// aside): "Convert to a RGB color object" says `toRgb`, not `toRgba`. A
+/// constructor is named by its type. The reason `--explain` gives, if so.
+fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
+    let symbol = hit.symbol.as_deref()?;
+    let owner = hit.context.as_deref().and_then(enclosing_type);
+    let said = |words: Vec<String>| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms));
+    symbol
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .find_map(|name| match &owner {
+            Some(owner) if is_constructor(name, owner) => {
+                said(lexical::name_words(owner)).then_some("the question names its type (a constructor)")
+            }
+            _ => said(lexical::name_words(name)).then_some("the question says its name"),
+        })
+}
+
+/// Names a constructor has, whatever its type: a question names the type
+/// ("Creates a new searcher builder" for `SearcherBuilder::new`).
+const CONSTRUCTOR_NAMES: &[&str] = &[
+    "new",
+    "constructor",
+    "__init__",
+    "__new__",
+    "init",
+    "initialize",
+    "__construct",
+];
+
+fn is_constructor(name: &str, owner: &str) -> bool {
+    CONSTRUCTOR_NAMES.contains(&name) || name == owner
+}
+
+/// The type whose body holds a chunk, from the last of its enclosing
+/// signatures: `impl<W: Write> Standard<W> {` → `Standard`, `impl Display
+/// for Span` → `Span`, `export class GlProgram extends X` → `GlProgram`.
+fn enclosing_type(context: &str) -> Option<String> {
+    const TYPE_KEYWORDS: &[&str] = &[
+        "class",
+        "struct",
+        "impl",
+        "interface",
+        "trait",
+        "enum",
+        "object",
+        "record",
+    ];
+    // Generic parameters (`<'a, W: Write>`) name no type of the chunk.
+    let mut depth = 0usize;
+    let line: String = context
+        .lines()
+        .last()?
+        .chars()
+        .map(|c| {
+            match c {
+                '<' => depth += 1,
+                '>' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => return c,
+                _ => {}
+            }
+            ' '
+        })
+        .collect();
+    let words: Vec<&str> = line
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let at = words.iter().position(|w| TYPE_KEYWORDS.contains(w))?;
+    let rest = &words[at + 1..];
+    // `impl Trait for Type`: the type follows `for`.
+    let rest = match (words[at] == "impl", rest.iter().position(|w| *w == "for")) {
+        (true, Some(f)) => &rest[f + 1..],
+        _ => rest,
+    };
+    rest.first().map(|w| w.to_string())
+}
+
+/// Whether the hit's code holds one of the query's code fragments verbatim
+/// (up to whitespace) or the hit sits in the file one of them names.
+fn quotes_fragment(hit: &SearchHit, fragments: &[String]) -> bool {
+    if fragments.is_empty() {
+        return false;
+    }
+    let text = code_words(&hit.content).join(" ");
+    fragments
+        .iter()
+        .any(|f| contains_whole(&text, f) || fragment_names_path(f, &hit.path))
+}
+
+/// Whether `fragment` names the file at `path`: a path suffix (`flask/app.py`,
+/// `sessions.py`) or a dotted module path (`_pytest.capture.EncodedFile` for
+/// `src/_pytest/capture.py`), matched at segment boundaries.
+fn fragment_names_path(fragment: &str, path: &str) -> bool {
+    let ends_at_segment = |p: &str, suffix: &str| p == suffix || p.ends_with(&format!("/{suffix}"));
+    let fragment = fragment.trim_start_matches("./");
+    if fragment.contains(' ') {
+        return false;
+    }
+    if ends_at_segment(path, fragment) {
+        return true;
+    }
+    let parts: Vec<&str> = fragment.split('.').collect();
+    let dotted_name = parts.len() >= 2
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'));
+    if !dotted_name {
+        return false;
+    }
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    let stem = file.split_once('.').map_or(file, |(stem, _)| stem);
+    let module = match (dir, stem) {
+        (_, "__init__" | "mod" | "index") => dir.to_string(),
+        ("", _) => stem.to_string(),
+        _ => format!("{dir}/{stem}"),
+    };
+    (2..=parts.len()).any(|n| ends_at_segment(&module, &parts[..n].join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_name_files_by_path_suffix_or_module() {
+        for (fragment, path) in [
+            ("src/flask/app.py", "src/flask/app.py"),
+            ("flask/app.py", "src/flask/app.py"),
+            ("sessions.py", "requests/sessions.py"),
+            ("_pytest.capture.EncodedFile", "src/_pytest/capture.py"),
+            ("_pytest.mark", "src/_pytest/mark/__init__.py"),
+        ] {
+            assert!(fragment_names_path(fragment, path), "{fragment} names {path}");
+        }
+        for (fragment, path) in [
+            ("sessions.py", "requests/old_sessions.py"),
+            ("pytest.mark.skip", "src/_pytest/mark/__init__.py"),
+            ("caplog.get_records", "src/_pytest/logging.py"),
+            ("a = b.c", "b/c.py"),
+        ] {
+            assert!(!fragment_names_path(fragment, path), "{fragment} does not name {path}");
+        }
+    }
+
+    #[test]
+    fn a_question_says_a_name_when_it_has_all_its_words() {
+        let named = |symbol: &str| SearchHit {
+            symbol: Some(symbol.to_string()),
+            ..SearchHit::default()
+        };
+        let q = QueryTerms::parse("Convert to a RGB color object with normalized components");
+        assert_eq!(says_name(&named("toRgb"), &q), Some("the question says its name"));
+        assert!(
+            says_name(&named("normalize_components"), &q).is_some(),
+            "words are stemmed"
+        );
+        assert!(
+            says_name(&named("toRgba, toRgb"), &q).is_some(),
+            "one of a chunk's names"
+        );
+        assert!(says_name(&named("toRgba"), &q).is_none());
+        assert!(says_name(&named("toHsl"), &q).is_none());
+        assert!(
+            says_name(&named("to"), &q).is_none(),
+            "a name of stopwords says nothing"
+        );
+        assert!(says_name(&SearchHit::default(), &q).is_none());
+        let q = QueryTerms::parse("Set the maximum number of columns allowed");
+        assert!(
+            says_name(&named("max_columns"), &q).is_some(),
+            "max abbreviates maximum"
+        );
+        assert!(says_name(&named("min_columns"), &q).is_none());
+    }
+
+    #[test]
+    fn a_constructor_is_named_by_its_type() {
+        let member = |symbol: &str, context: &str| SearchHit {
+            symbol: Some(symbol.to_string()),
+            context: Some(context.to_string()),
+            ..SearchHit::default()
+        };
+        let by_type = Some("the question names its type (a constructor)");
+        let q = QueryTerms::parse("Create a new searcher builder with a default configuration");
+        assert_eq!(says_name(&member("new", "impl SearcherBuilder {"), &q), by_type);
+        let nested = member("new", "mod searcher {\nimpl<'a, W: Write> SearcherBuilder<W> {");
+        assert_eq!(says_name(&nested, &q), by_type);
+        let other = member("new", "impl StandardBuilder {");
+        assert!(says_name(&other, &q).is_none(), "another type's constructor");
+        let method = member("build", "impl SearcherBuilder {");
+        assert!(says_name(&method, &q).is_none(), "not a constructor");
+        let q = QueryTerms::parse("Creates a shiny new GlProgram.");
+        for (name, context) in [
+            ("constructor", "export class GlProgram extends Base"),
+            ("GlProgram", "public final class GlProgram implements Program {"),
+            ("__init__", "class GlProgram(Base):"),
+        ] {
+            assert_eq!(says_name(&member(name, context), &q), by_type, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_enclosing_type_is_read_from_the_last_signature() {
+        assert_eq!(
+            enclosing_type("impl<W: Write> Standard<W> {").as_deref(),
+            Some("Standard")
+        );
+        assert_eq!(enclosing_type("impl fmt::Display for Span {").as_deref(), Some("Span"));
+        assert_eq!(
+            enclosing_type("export class GlProgram extends X").as_deref(),
+            Some("GlProgram")
+        );
+        assert_eq!(
+            enclosing_type("public static final class Builder {").as_deref(),
+            Some("Builder")
+        );
+        assert_eq!(
+            enclosing_type("class Session(SessionRedirectMixin):").as_deref(),
+            Some("Session")
+        );
+        assert_eq!(enclosing_type("func (c *Ctx) Bind() {"), None);
+        assert_eq!(
+            enclosing_type("impl<'a, M: Matcher<T>, W> StandardImpl<'a, M, W> {").as_deref(),
+            Some("StandardImpl")
+        );
+    }
+
+    #[test]
+    fn a_test_module_inside_a_source_file_is_test_code() {
+        let hit = |path: &str, context: Option<&str>| SearchHit {
+            path: path.into(),
+            context: context.map(str::to_string),
+            ..SearchHit::default()
+        };
+        assert!(is_test_code(&hit("src/standard.rs", Some("mod tests {"))));
+        assert!(is_test_code(&hit(
+            "src/a.rs",
+            Some("pub mod tests {\n    impl Fixture {")
+        )));
+        assert!(is_test_code(&hit("src/a.rs", Some("mod parser_tests {"))));
+        assert!(is_test_code(&hit("tests/it.rs", None)));
+        assert!(!is_test_code(&hit("src/a.rs", Some("impl StandardBuilder {"))));
+        assert!(!is_test_code(&hit("src/a.rs", Some("mod testimony {"))));
+        assert!(!is_test_code(&hit("src/a.rs", Some("mod attestation {"))));
+        assert!(!is_test_code(&hit("src/a.rs", None)));
+    }
+
+    #[test]
+    fn query_intent_lifts_only_what_the_query_names() {
+        let intent = |q: &str| Query::parse(q).intent;
+        assert_eq!(intent("retry backoff delay"), QueryIntent::default());
+        assert!(intent("how long to wait between retries").question);
+        assert!(!intent("getTreeBuilderDefaultNamespace").question);
+        assert!(intent("tests for the retry delay").tests);
+        assert!(intent("where is the retry configured").config);
+        assert!(intent("retry settings in pyproject.toml").config);
+        assert!(intent("changelog entry for retries").changelog);
+        assert!(intent("release notes of 2.0").changelog);
+        assert!(intent("retry guide in the docs").docs);
+        let hit = |path: &str, kind: &str, language: &str| SearchHit {
+            path: path.into(),
+            kind: kind.into(),
+            language: language.into(),
+            ..SearchHit::default()
+        };
+        let none = QueryIntent::default();
+        let rerank_factor = |hit: &SearchHit, exact: bool, intent: QueryIntent| -> f64 {
+            let defines = if exact { Defines::Asked } else { Defines::No };
+            rerank_factors(hit, defines, intent).iter().map(|(_, f)| f).product()
+        };
+        let source = rerank_factor(&hit("src/retry.py", "function", "python"), false, none);
+        for other in [
+            hit("CHANGELOG.md", "section", "markdown"),
+            hit("pyproject.toml", "table", "toml"),
+            hit("pylintrc", "text", "text"),
+            hit("tests/test_retry.py", "function", "python"),
+            hit("docs/retry.md", "section", "markdown"),
+        ] {
+            assert!(rerank_factor(&other, false, none) < source, "{}", other.path);
+        }
+        let changelog = hit("CHANGELOG.md", "section", "markdown");
+        let asked = intent("changelog retry");
+        assert!(rerank_factor(&changelog, false, asked) > rerank_factor(&changelog, false, none));
+        let test = hit("tests/test_retry.py", "function", "python");
+        let asked = intent("test retry");
+        assert!(rerank_factor(&test, false, asked) > rerank_factor(&test, false, none));
+        // A definition of the identifier asked for: most when the query is the
+        // name or a few words, less inside a question, more than any other.
+        let function = hit("src/retry.py", "function", "python");
+        let named = rerank_factor(&function, true, intent("retry_delay"));
+        let in_keywords = rerank_factor(&function, true, intent("retry_delay backoff"));
+        let in_question = rerank_factor(&function, true, intent("how is retry_delay computed here"));
+        assert_eq!(named, in_keywords);
+        assert!(
+            named > in_question && in_question > source,
+            "{named} {in_question} {source}"
+        );
+    }
+}
