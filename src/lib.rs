@@ -24,9 +24,3 @@ pub mod search;
 pub mod serve;
 pub mod source;
 pub mod store;
-
-/// The environment setting `name`; a blank one is unset (`KEN_X=` in a
-/// shell or a client's config turns a setting off, not to "").
-pub fn setting(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}

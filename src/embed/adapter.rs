@@ -23,7 +23,6 @@
 //! repository's doc comments" and the sections after it).
 
 use anyhow::Result;
-use rusqlite::Connection;
 
 use crate::store::adapter::SavedFit;
 use crate::store::Store;
@@ -707,19 +706,11 @@ fn from_saved(saved: Option<(Vec<u8>, Option<String>)>) -> Option<QueryAdapter> 
 
 /// The adapter of `model`, if the index has one. `KEN_QUERY_ADAPTER=0`
 /// ignores it (to compare).
-pub fn load_from(store: &Store, model: &str) -> Option<QueryAdapter> {
+pub fn load(store: &Store, model: &str) -> Option<QueryAdapter> {
     if !crate::config::settings().query_adapter {
         return None;
     }
     from_saved(store.query_adapter(model))
-}
-
-/// [`load_from`] on the connection `src/search/` still holds (temporary).
-pub fn load(conn: &Connection, model: &str) -> Option<QueryAdapter> {
-    if !crate::config::settings().query_adapter {
-        return None;
-    }
-    from_saved(crate::store::adapter::saved_adapter_on(conn, model))
 }
 
 /// How many pairs the adapter of `model` was fitted on (0: too few for one),
@@ -734,13 +725,8 @@ pub fn summary(store: &Store) -> Option<String> {
 }
 
 /// Identifies the saved fit, so a long-lived searcher notices a new one.
-pub fn fingerprint_of(store: &Store) -> Option<String> {
+pub fn fingerprint(store: &Store) -> Option<String> {
     store.query_adapter_record().ok().flatten()
-}
-
-/// [`fingerprint_of`] on the connection `src/search/` still holds (temporary).
-pub fn fingerprint(conn: &Connection) -> Option<String> {
-    crate::store::adapter::adapter_record_on(conn)
 }
 
 #[cfg(test)]
@@ -981,7 +967,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_for_write(dir.path()).unwrap();
         let conn = &store;
-        assert_eq!(load_from(conn, "m/text3"), None, "none yet");
+        assert_eq!(load(conn, "m/text3"), None, "none yet");
         assert!(!is_current(conn, "m/text3", Method::Ridge, 1000).unwrap());
         let questions = unit_vectors(50, 8, 1);
         let adapter = QueryAdapter::ridge(&questions, &unit_vectors(50, 8, 2))
@@ -992,11 +978,11 @@ mod tests {
             summary: "ridge: held-out MRR 0.100 → 0.200".to_string(),
         };
         save(conn, "m/text3", Method::Ridge, 1000, 50, Some(&fit)).unwrap();
-        let loaded = load_from(conn, "m/text3").unwrap();
+        let loaded = load(conn, "m/text3").unwrap();
         assert_eq!(loaded, adapter);
         assert!(loaded.carries("parse the config file") && !loaded.carries("render the config file"));
         assert_eq!(summary(conn).as_deref(), Some(fit.summary.as_str()));
-        assert_eq!(load_from(conn, "other/text3"), None);
+        assert_eq!(load(conn, "other/text3"), None);
         assert_eq!(fitted_pairs(conn, "m/text3"), Some(50));
         assert!(is_current(conn, "m/text3", Method::Ridge, 1200).unwrap());
         assert!(
@@ -1012,16 +998,12 @@ mod tests {
             !is_current(conn, "m/text3", Method::Chosen, 1000).unwrap(),
             "another method"
         );
-        let before = fingerprint_of(conn);
+        let before = fingerprint(conn);
         save(conn, "m/text3", Method::Ridge, 1300, 12, None).unwrap();
-        assert_eq!(
-            load_from(conn, "m/text3"),
-            None,
-            "too few pairs: the old adapter is gone"
-        );
+        assert_eq!(load(conn, "m/text3"), None, "too few pairs: the old adapter is gone");
         assert_eq!(fitted_pairs(conn, "m/text3"), Some(12));
         assert_eq!(summary(conn), None);
-        assert_ne!(fingerprint_of(conn), before);
+        assert_ne!(fingerprint(conn), before);
         // A record of the old way of fitting does not count as a fit.
         store.clear_meta().unwrap();
         store

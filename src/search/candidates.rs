@@ -7,11 +7,10 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use globset::GlobMatcher;
-use rusqlite::functions::FunctionFlags;
-use rusqlite::params_from_iter;
-use rusqlite::types::Value;
 
 use crate::source::lexical::QueryTerms;
+use crate::store::lookup::{Bm25Ranking, ChunkFilter, PathPredicate};
+use crate::store::MetaKey;
 
 use super::definitions::{Defines, Member};
 use super::hit::SearchHit;
@@ -279,13 +278,13 @@ impl Searcher {
 
     pub(super) fn chunk_total(&self) -> Result<f64> {
         Ok(
-            match self.store.meta("chunk_count")?.and_then(|v| v.parse::<f64>().ok()) {
+            match self
+                .store
+                .meta(MetaKey::ChunkCount)?
+                .and_then(|v| v.parse::<f64>().ok())
+            {
                 Some(n) => n,
-                None => self
-                    .store
-                    .conn
-                    .query_row("SELECT count(*) FROM chunks", [], |r| r.get::<_, i64>(0))?
-                    as f64,
+                None => self.store.chunk_rows_counted()? as f64,
             },
         )
     }
@@ -329,38 +328,18 @@ impl Searcher {
     }
 
     pub(super) fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
-        self.store.conn.create_scalar_function(
-            "ken_path_matches",
-            1,
-            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-            move |ctx| {
-                let path: String = ctx.get(0)?;
-                Ok(matcher.as_ref().is_none_or(|m| m.is_match(&path)))
-            },
-        )?;
-        Ok(())
+        let matches = matcher.map(|m| Box::new(move |path: &str| m.is_match(path)) as PathPredicate);
+        self.store.register_path_filter(matches)
     }
 
-    /// SQL conditions and parameters for the request's filters; `?1` is the branch.
-    pub(super) fn filters(&self, req: &SearchRequest) -> (String, Vec<Value>) {
-        let mut sql = String::new();
-        let mut params = vec![Value::Text(self.branch.clone())];
-        if req.path_glob.is_some() {
-            sql.push_str(" AND ken_path_matches(k.path)");
+    /// Which chunks the request lets through: the branch's, passing its filters.
+    pub(super) fn chunk_filter(&self, req: &SearchRequest) -> ChunkFilter {
+        ChunkFilter {
+            branch: self.branch.clone(),
+            path_filtered: req.path_glob.is_some(),
+            language: req.language.clone(),
+            kind: req.kind.clone(),
         }
-        if let Some(lang) = &req.language {
-            params.push(Value::Text(lang.to_ascii_lowercase()));
-            // A lookup only when filtering: the queries do not join `files`.
-            sql.push_str(&format!(
-                " AND (SELECT language FROM files WHERE id = c.file_id) = ?{}",
-                params.len()
-            ));
-        }
-        if let Some(kind) = &req.kind {
-            params.push(Value::Text(kind.to_ascii_lowercase()));
-            sql.push_str(&format!(" AND c.kind = ?{}", params.len()));
-        }
-        (sql, params)
     }
 
     /// The best `fetch` chunks by BM25 that pass the branch and filters.
@@ -369,45 +348,18 @@ impl Searcher {
     /// filters, fetching deeper only when too many were filtered out.
     fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
         let fts_query = QueryTerms::fts_match(terms.iter().copied());
-        let (ws, wp, wb) = BM25_WEIGHTS;
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
         // skips reading the length of rows that cannot make the top `depth`.
-        let rank = if self.stock_bm25.load(std::sync::atomic::Ordering::Relaxed) {
-            format!("bm25(chunks_fts, {ws}, {wp}, {wb})")
-        } else {
-            format!("ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb})")
+        let ranking = Bm25Ranking {
+            stock: self.stock_bm25.load(std::sync::atomic::Ordering::Relaxed),
+            weights: BM25_WEIGHTS,
         };
-        let mut ranked_stmt = self.store.conn.prepare_cached(&format!(
-            "SELECT rowid, {rank} AS s FROM chunks_fts
-             WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
-        ))?;
-        let (filter_sql, mut params) = self.filters(req);
-        params.push(Value::Null);
-        let id_param = params.len();
-        let mut visible_stmt = self.store.conn.prepare_cached(&format!(
-            "SELECT c.id FROM chunks c
-             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             WHERE c.id = ?{id_param}{filter_sql}"
-        ))?;
+        let filter = self.chunk_filter(req);
         let mut depth = fetch;
         loop {
-            let ranked: Vec<(i64, f64)> = ranked_stmt
-                .query_map(rusqlite::params![fts_query, depth as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect::<rusqlite::Result<_>>()
-                .context("lexical search failed")?;
+            let ranked = self.store.lexical_ranked(&fts_query, depth, ranking)?;
             let exhausted = ranked.len() < depth;
-            let mut visible = Vec::with_capacity(fetch);
-            for (id, rank) in ranked {
-                *params.last_mut().expect("id parameter") = Value::Integer(id);
-                if visible_stmt.exists(params_from_iter(params.iter()))? {
-                    visible.push((id, rank));
-                    if visible.len() >= fetch {
-                        break;
-                    }
-                }
-            }
+            let visible = self.store.first_visible(&filter, &ranked, fetch)?;
             if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {
                 return Ok(visible);
             }
@@ -424,18 +376,8 @@ impl Searcher {
         }
         let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
         let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
-        let (ws, wp, wb) = BM25_WEIGHTS;
-        // One pass over the query's matches (`+rowid` keeps the list out of
-        // FTS5's plan, which would restart the match once per id).
-        let list = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",");
-        let mut stmt = self.store.conn.prepare(&format!(
-            "SELECT rowid, ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
-             WHERE chunks_fts MATCH ?1 AND +rowid IN ({list})"
-        ))?;
-        let rows = stmt.query_map(rusqlite::params![fts_query, frequencies], |r| {
-            Ok((r.get(0)?, -r.get::<_, f64>(1)?))
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let scores = self.store.bm25_of(&fts_query, &frequencies, ids, BM25_WEIGHTS)?;
+        Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
     }
 
     /// Chunks whose embedding is among the query's nearest neighbours, with
@@ -466,27 +408,8 @@ impl Searcher {
         fetch: usize,
     ) -> Result<Vec<(i64, f32)>> {
         let neighbours = side.vectors.search(vector, fetch * 2)?;
-        let (filter_sql, mut params) = self.filters(req);
-        params.push(Value::Null);
-        let id_param = params.len();
-        let mut stmt = self.store.conn.prepare_cached(&format!(
-            "SELECT c.id FROM embeddings e
-             JOIN chunks c ON c.content_hash = e.content_hash
-             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             WHERE e.id = ?{id_param}{filter_sql}"
-        ))?;
-        let mut out = Vec::new();
-        for (embedding_id, similarity) in neighbours {
-            *params.last_mut().expect("id parameter") = Value::Integer(embedding_id);
-            let ids: Vec<i64> = stmt
-                .query_map(params_from_iter(params.iter()), |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            out.extend(ids.into_iter().map(|id| (id, similarity)));
-            if out.len() >= fetch {
-                break;
-            }
-        }
-        Ok(out)
+        self.store
+            .chunks_of_embeddings(&self.chunk_filter(req), &neighbours, fetch)
     }
 
     /// The candidates' chunks, with their text when `with_content` (else
@@ -503,7 +426,6 @@ impl Searcher {
         signatures_from: Option<(&str, &[f32])>,
         mut preloaded: HashMap<i64, CandidateRow>,
     ) -> Result<Vec<SearchHit>> {
-        let mut stmt = self.row_statement()?;
         let mut hits = Vec::with_capacity(candidates.len());
         for (&id, candidate) in candidates.iter_mut() {
             let row = match preloaded.remove(&id) {
@@ -513,7 +435,7 @@ impl Searcher {
                         .filter(|_| candidate.similarity.is_none())
                         .map(|(model, _)| model);
                     let signature_model = signatures_from.map(|(model, _)| model);
-                    self.read_row(&mut stmt, id, with_content, model, signature_model)?
+                    self.read_row(id, with_content, model, signature_model)?
                 }
             };
             if let (None, Some(blob), Some((_, query))) = (candidate.similarity, &row.vector, fill_from) {
@@ -539,79 +461,55 @@ impl Searcher {
         vector_model: Option<&str>,
         signature_model: Option<&str>,
     ) -> Result<HashMap<i64, CandidateRow>> {
-        let mut stmt = self.row_statement()?;
         ids.into_iter()
             .map(|id| {
-                let row = self.read_row(&mut stmt, id, with_content, vector_model, signature_model)?;
+                let row = self.read_row(id, with_content, vector_model, signature_model)?;
                 Ok((id, row))
             })
             .collect()
-    }
-
-    /// The statement [`Self::read_row`] runs: one lookup per chunk, whose
-    /// CASEs skip what is not asked for.
-    fn row_statement(&self) -> Result<rusqlite::CachedStatement<'_>> {
-        Ok(self.store.conn.prepare_cached(
-            "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
-                    CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
-                    CASE WHEN ?4 IS NOT NULL THEN
-                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
-                    CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
-                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
-                    c.content_hash
-             FROM chunks c
-             JOIN files f ON f.id = c.file_id
-             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
-             WHERE c.id = ?1",
-        )?)
     }
 
     /// A candidate's chunk, with its text when `with_content`, its vector of
     /// `vector_model` and its signature vectors of `signature_model` when given.
     fn read_row(
         &self,
-        stmt: &mut rusqlite::Statement,
         id: i64,
         with_content: bool,
         vector_model: Option<&str>,
         signature_model: Option<&str>,
     ) -> Result<CandidateRow> {
-        let row = stmt.query_row(
-            rusqlite::params![id, self.branch, with_content, vector_model, signature_model],
-            |r| {
-                Ok(CandidateRow {
-                    hit: SearchHit {
-                        path: r.get(0)?,
-                        start_line: r.get(1)?,
-                        end_line: r.get(2)?,
-                        score: 0.0,
-                        kind: r.get(3)?,
-                        symbol: r.get(4)?,
-                        language: r.get(5)?,
-                        snippet: String::new(),
-                        context: r.get(6)?,
-                        content: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                        explain: None,
-                        copies: Vec::new(),
-                        chunk_id: id,
-                        content_hash: r.get(10)?,
-                    },
-                    vector: r.get(8)?,
-                    signature: r.get(9)?,
-                })
+        let row = self
+            .store
+            .chunk_row(&self.branch, id, with_content, vector_model, signature_model)?;
+        Ok(CandidateRow {
+            hit: SearchHit {
+                path: row.path,
+                start_line: row.start_line,
+                end_line: row.end_line,
+                score: 0.0,
+                kind: row.kind,
+                symbol: row.symbol,
+                language: row.language,
+                snippet: String::new(),
+                context: row.context,
+                content: row.text.unwrap_or_default(),
+                explain: None,
+                copies: Vec::new(),
+                chunk_id: id,
+                content_hash: row.content_hash,
             },
-        )?;
-        Ok(row)
+            vector: row.vector,
+            signature: row.signature,
+        })
     }
 
     /// Reads the text of hits loaded without it.
     pub(super) fn load_contents(&self, hits: &mut [SearchHit]) -> Result<()> {
-        let mut stmt = self
-            .store
-            .conn
-            .prepare_cached("SELECT t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1")?;
         for hit in hits.iter_mut().filter(|h| h.content.is_empty()) {
-            hit.content = stmt.query_row([hit.chunk_id], |r| r.get(0))?;
+            hit.content = self
+                .store
+                .chunk_text(hit.chunk_id)?
+                .with_context(|| format!("chunk {} is gone from the index", hit.chunk_id))?;
         }
         Ok(())
     }

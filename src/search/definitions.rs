@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use rusqlite::types::Value;
-use rusqlite::{params_from_iter, OptionalExtension};
 
 use crate::source::lexical::{self, QueryTerms};
 use crate::source::paths::{is_config_language, is_prose_kind};
@@ -126,48 +124,26 @@ impl Searcher {
     /// Definitions of the identifier `key`: their chunks, names and lines;
     /// with `spelled`, those spelled so first.
     fn symbol_candidates(&self, key: &str, spelled: Option<&String>, req: &SearchRequest) -> Result<Vec<SymbolRow>> {
-        let (filter_sql, mut params) = self.filters(req);
-        params.push(Value::Text(key.to_string()));
-        let key_param = params.len();
-        let order = match spelled {
-            Some(spelled) => {
-                params.push(Value::Text(spelled.clone()));
-                format!("ORDER BY s.name = ?{} DESC", params.len())
-            }
-            None => String::new(),
-        };
-        let sql = format!(
-            "SELECT c.id, c.file_id, c.kind, (SELECT language FROM files WHERE id = c.file_id),
-                    s.name, s.start_line, s.end_line FROM chunk_symbols s
-             JOIN chunks c ON c.id = s.chunk_id
-             JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-             WHERE s.key = ?{key_param}{filter_sql}
-             {order} LIMIT 50"
-        );
-        let mut stmt = self.store.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params_from_iter(params.iter()), |r| {
-            Ok(SymbolRow {
-                chunk_id: r.get(0)?,
-                file_id: r.get(1)?,
-                kind: r.get(2)?,
-                language: r.get(3)?,
-                member: (r.get(4)?, r.get(5)?, r.get(6)?),
+        let found = self
+            .store
+            .definitions_of_key(&self.chunk_filter(req), key, spelled.map(String::as_str))?;
+        Ok(found
+            .into_iter()
+            .map(|d| SymbolRow {
+                chunk_id: d.chunk_id,
+                file_id: d.file_id,
+                kind: d.kind,
+                language: d.language,
+                member: (d.name, d.start_line, d.end_line),
             })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+            .collect())
     }
 
     /// Whether the code of the row's chunk says the row's name (comments
     /// aside): the part of a split definition that holds its signature.
     /// Unreadable text counts as not saying it.
     fn declares(&self, row: &SymbolRow) -> bool {
-        let text: Option<String> = self
-            .store
-            .conn
-            .prepare_cached("SELECT text FROM contents WHERE hash = (SELECT content_hash FROM chunks WHERE id = ?1)")
-            .and_then(|mut stmt| stmt.query_row([row.chunk_id], |r| r.get(0)).optional())
-            .ok()
-            .flatten();
+        let text = self.store.chunk_text(row.chunk_id).ok().flatten();
         text.is_some_and(|text| contains_whole(&code_words(&text).join(" "), &row.member.0))
     }
 }

@@ -4,16 +4,12 @@
 
 use std::collections::HashMap;
 
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::candidates::Candidate;
 use super::hit::{Explain, ExplainFactor};
 use super::SearchMode;
-
-/// The `k` of reciprocal rank fusion unless `KEN_RRF_K` says otherwise, and
-/// of the merge of knowledge bases' result lists ([`super::kb::fuse`]).
-pub(super) const DEFAULT_RRF_K: f64 = 60.0;
+use crate::config::{FusionKind, Settings};
 
 /// How hybrid search combines the lexical side, the vector side and the
 /// signature vectors (`semantic::signature_texts`). Every candidate of either
@@ -92,70 +88,25 @@ impl Fusion {
         fusion
     }
 
-    /// From `KEN_FUSION` (`convex` | `rrf`), `KEN_FUSION_WEIGHTS`
-    /// (`lexical,semantic[,signature]`, default `1,1,1`) and `KEN_RRF_K`
-    /// (default 60, `DEFAULT_RRF_K`).
-    pub fn from_env() -> Result<Fusion> {
-        Fusion::from_vars(crate::setting)
-    }
-
-    /// Whether `KEN_FUSION_WEIGHTS` sets the weights (else each model's
-    /// lexical weight applies).
-    pub(super) fn weights_set_in_env() -> bool {
-        crate::setting("KEN_FUSION_WEIGHTS").is_some()
-    }
-
-    /// The fusion that the settings `var` gives say.
-    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Fusion> {
-        let weights = match var("KEN_FUSION_WEIGHTS") {
-            None => Weights::default(),
-            Some(v) => parse_weights(&v).with_context(|| {
-                format!(
-                    "KEN_FUSION_WEIGHTS must be two or three non-negative numbers \
-                     `lexical,semantic[,signature]` (e.g. `1,1,1`), not `{v}`"
-                )
-            })?,
-        };
-        match var("KEN_FUSION").as_deref().map(str::trim) {
-            None | Some("convex") => Ok(Fusion::Convex(weights)),
-            Some("rrf") => {
-                let k = match var("KEN_RRF_K") {
-                    None => DEFAULT_RRF_K,
-                    Some(v) => v
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|k| *k >= 0.0)
-                        .with_context(|| format!("KEN_RRF_K must be a non-negative number, not `{v}`"))?,
-                };
-                Ok(Fusion::Rrf { k, weights })
-            }
-            Some(other) => bail!("KEN_FUSION must be `convex` or `rrf`, not `{other}`"),
+    /// The fusion the settings say: `KEN_FUSION` (`convex` | `rrf`),
+    /// `KEN_FUSION_WEIGHTS` (`lexical,semantic[,signature]`, default `1,1,1`)
+    /// and `KEN_RRF_K`.
+    pub fn of(settings: &Settings) -> Fusion {
+        let weights = settings
+            .fusion_weights
+            .map_or_else(Weights::default, |[lexical, semantic, signature]| Weights {
+                lexical,
+                semantic,
+                signature,
+            });
+        match settings.fusion {
+            FusionKind::Convex => Fusion::Convex(weights),
+            FusionKind::Rrf => Fusion::Rrf {
+                k: settings.rrf_k,
+                weights,
+            },
         }
     }
-}
-
-/// `lexical,semantic[,signature]`: non-negative numbers, not all zero; the
-/// signature weight defaults to 1.
-fn parse_weights(text: &str) -> Option<Weights> {
-    let numbers: Vec<f64> = text
-        .split(',')
-        .map(|n| n.trim().parse::<f64>().ok().filter(|w| *w >= 0.0 && w.is_finite()))
-        .collect::<Option<_>>()?;
-    let weights = match numbers[..] {
-        [lexical, semantic] => Weights {
-            lexical,
-            semantic,
-            ..Weights::default()
-        },
-        [lexical, semantic, signature] => Weights {
-            lexical,
-            semantic,
-            signature,
-        },
-        _ => return None,
-    };
-    (numbers.iter().sum::<f64>() > 0.0).then_some(weights)
 }
 
 /// How much more the lexical side weighs in hybrid fusion for a query the
@@ -385,18 +336,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fusion_settings_parse_and_reject_nonsense() {
-        let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+    fn the_settings_choose_the_fusion() {
+        let of = |pairs: &[(&str, &str)]| {
+            let vars = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Fusion::of(&Settings::from_vars(vars).unwrap())
         };
-        assert_eq!(Fusion::from_vars(vars(&[])).unwrap(), Fusion::default());
+        assert_eq!(of(&[]), Fusion::default());
         assert_eq!(
-            Fusion::from_vars(vars(&[
+            of(&[
                 ("KEN_FUSION", "rrf"),
                 ("KEN_RRF_K", "20"),
                 ("KEN_FUSION_WEIGHTS", "2, 1")
-            ]))
-            .unwrap(),
+            ]),
             Fusion::Rrf {
                 k: 20.0,
                 weights: Weights {
@@ -407,24 +358,13 @@ mod tests {
             }
         );
         assert_eq!(
-            Fusion::from_vars(vars(&[("KEN_FUSION_WEIGHTS", "1,0.5,0")])).unwrap(),
+            of(&[("KEN_FUSION_WEIGHTS", "1,0.5,0")]),
             Fusion::Convex(Weights {
                 lexical: 1.0,
                 semantic: 0.5,
                 signature: 0.0
             })
         );
-        for bad in [
-            &[("KEN_FUSION", "max")][..],
-            &[("KEN_FUSION_WEIGHTS", "1")],
-            &[("KEN_FUSION_WEIGHTS", "0,0")],
-            &[("KEN_FUSION_WEIGHTS", "1,1,-1")],
-            &[("KEN_FUSION_WEIGHTS", "1,1,1,1")],
-            &[("KEN_FUSION", "rrf"), ("KEN_RRF_K", "-1")],
-        ] {
-            let err = Fusion::from_vars(vars(bad)).unwrap_err().to_string();
-            assert!(err.contains("KEN_"), "{err}");
-        }
     }
 
     #[test]
@@ -544,7 +484,7 @@ mod tests {
         assert_eq!(best(Fusion::default()), vec![2, 1, 3, 4]);
         // RRF sees ranks only: 1 (ranks 1 and 3) edges out 2 (ranks 2 and 2).
         let rrf = best(Fusion::Rrf {
-            k: DEFAULT_RRF_K,
+            k: crate::config::DEFAULT_RRF_K,
             weights: Weights::default(),
         });
         assert_eq!(rrf, vec![1, 2, 4, 3]);

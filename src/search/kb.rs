@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::config::DEFAULT_RRF_K;
 use crate::search::confidence::Confidence;
-use crate::search::fusion::DEFAULT_RRF_K;
 use crate::search::{SearchHit, SearchRequest, Searcher};
 
 /// A result with the name of the base it comes from.

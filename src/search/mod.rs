@@ -25,7 +25,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use rusqlite::OptionalExtension;
 use serde::Serialize;
 
 use crate::embed::InputKind;
@@ -158,13 +157,9 @@ impl Searcher {
     /// root's current branch.
     pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
         let store = Store::open_for_read(index_dir)?;
-        crate::store::bm25::register(&store.conn)?;
+        store.register_bm25()?;
         let branch = git::head(root).catalog_key();
-        let has_catalog = || -> Result<bool> {
-            let sql = "SELECT EXISTS (SELECT 1 FROM catalog WHERE branch = ?1)";
-            Ok(store.conn.query_row(sql, [&branch], |r| r.get(0))?)
-        };
-        let mut indexed = has_catalog()?;
+        let mut indexed = store.has_catalog(Some(&branch))?;
         // Just after a checkout a watcher is indexing the branch (in one
         // transaction): wait for it rather than fail or mix branches.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -173,12 +168,10 @@ impl Searcher {
             && crate::index::freshness::live_watcher(&store)?.is_some()
         {
             std::thread::sleep(std::time::Duration::from_millis(50));
-            indexed = has_catalog()?;
+            indexed = store.has_catalog(Some(&branch))?;
         }
         if !indexed {
-            let any: bool = store
-                .conn
-                .query_row("SELECT EXISTS (SELECT 1 FROM catalog)", [], |r| r.get(0))?;
+            let any = store.has_catalog(None)?;
             if any {
                 bail!(
                     "the index has no files for the current branch `{branch}`; run `ken index` to index it \
@@ -191,8 +184,8 @@ impl Searcher {
             branch,
             semantic: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
-            fusion: Fusion::from_env()?,
-            fusion_weights_set: Fusion::weights_set_in_env(),
+            fusion: Fusion::of(crate::config::try_settings()?),
+            fusion_weights_set: crate::config::try_settings()?.fusion_weights.is_some(),
             stock_bm25: Default::default(),
             last_phases: Default::default(),
             model_loading_elsewhere: None,
@@ -257,15 +250,7 @@ impl Searcher {
             .map_err(|why| anyhow::anyhow!("similarity search is unavailable: {why}"))?;
         let (vector, source) = match self.chunk_at(target)? {
             Some((chunk_id, path, content_hash)) => {
-                let blob: Option<Vec<u8>> = self
-                    .store
-                    .conn
-                    .query_row(
-                        "SELECT vector FROM embeddings WHERE content_hash = ?1 AND model = ?2",
-                        rusqlite::params![content_hash, side.embedder.id()],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
+                let blob = self.store.vector_of(content_hash, side.embedder.id())?;
                 let vector = match blob {
                     Some(b) => crate::store::vectors::decode(&b),
                     None => bail!("{target} has no embedding yet; run `ken index`"),
@@ -318,32 +303,12 @@ impl Searcher {
         if path.is_empty() || path.contains(char::is_whitespace) {
             return Ok(None);
         }
-        let found = self
-            .store
-            .conn
-            .query_row(
-                "SELECT c.id, k.path, c.content_hash FROM chunks c
-                 JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
-                 WHERE k.path = ?2 AND c.start_line <= ?3 AND c.end_line >= ?3
-                 ORDER BY c.end_line - c.start_line LIMIT 1",
-                rusqlite::params![self.branch, path, line],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?;
-        if found.is_some() {
-            return Ok(found);
+        if let Some((chunk_id, content_hash)) = self.store.innermost_chunk_at(&self.branch, path, line)? {
+            return Ok(Some((chunk_id, path.to_string(), content_hash)));
         }
         // A `path:line` that names nothing indexed is an error, not a snippet
         // to embed (which would return unrelated code).
-        let lines: Option<u32> = self
-            .store
-            .conn
-            .query_row(
-                "SELECT f.line_count FROM catalog k JOIN files f ON f.id = k.file_id WHERE k.branch = ?1 AND k.path = ?2",
-                rusqlite::params![self.branch, path],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let lines = self.store.line_count_of(&self.branch, path)?;
         match lines {
             None => bail!("{path} is not in the index (no such file, or not indexed: `ken status` shows what is)"),
             Some(n) => bail!("{path} has no indexed code at line {line} (it has {n} lines)"),
@@ -388,7 +353,7 @@ impl Searcher {
         // One snapshot for every read of this search: a writer committing
         // between two of them would skew the term statistics (a chunk total
         // read before a batch, document frequencies after it).
-        let _snapshot = self.store.conn.unchecked_transaction()?;
+        let _snapshot = self.store.read_snapshot()?;
 
         let mut clock = PhaseClock::start();
         let Gathered {

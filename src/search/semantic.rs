@@ -10,6 +10,7 @@ use anyhow::Result;
 use crate::embed::adapter::QueryAdapter;
 use crate::embed::{Embedder, InputKind};
 use crate::store::vectors::VectorIndex;
+use crate::store::MetaKey;
 use crate::store::Store;
 
 use super::query::Query;
@@ -49,7 +50,7 @@ impl SemanticSide {
     /// why semantic search is not available (no vectors yet, no model).
     fn load(store: &Store) -> Result<SemanticSide, String> {
         let model = store
-            .meta("embedding_model")
+            .meta(MetaKey::EmbeddingModel)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| match store.active_writer() {
                 Some(writer) => format!(
@@ -58,10 +59,10 @@ impl SemanticSide {
                 ),
                 None => crate::index::semantic::why_no_vectors(store),
             })?;
-        let provider = store.meta("embedding_provider").map_err(|e| e.to_string())?;
+        let provider = store.meta(MetaKey::EmbeddingProvider).map_err(|e| e.to_string())?;
         let embedder = crate::embed::embedder_for_index(&model, provider.as_deref()).map_err(|e| format!("{e:#}"))?;
         let dimensions: usize = store
-            .meta("embedding_dimensions")
+            .meta(MetaKey::EmbeddingDimensions)
             .map_err(|e| e.to_string())?
             .and_then(|d| d.parse().ok())
             .unwrap_or(embedder.dimensions());
@@ -133,18 +134,18 @@ struct QueryMap {
 impl QueryMap {
     fn load(store: &Store, model: &str) -> QueryMap {
         QueryMap {
-            adapter: crate::embed::adapter::load(&store.conn, model),
-            fit: crate::embed::adapter::fingerprint(&store.conn),
+            adapter: crate::embed::adapter::load(store, model),
+            fit: crate::embed::adapter::fingerprint(store),
         }
     }
 
     /// Reloads the adapter if the index's was fitted again: whether it was.
     fn refresh(&mut self, store: &Store, model: &str) -> bool {
-        let fit = crate::embed::adapter::fingerprint(&store.conn);
+        let fit = crate::embed::adapter::fingerprint(store);
         if fit == self.fit {
             return false;
         }
-        self.adapter = crate::embed::adapter::load(&store.conn, model);
+        self.adapter = crate::embed::adapter::load(store, model);
         self.fit = fit;
         true
     }

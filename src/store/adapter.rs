@@ -160,17 +160,3 @@ fn saved_adapter(conn: &Connection, model: &str) -> Option<(Vec<u8>, Option<Stri
     let leads = meta(conn, &MetaKey::QueryAdapterLeads.name()).ok().flatten();
     Some((matrix, leads))
 }
-
-/// [`Store::query_adapter`] for `src/search/`, which still holds the
-/// connection (temporary, like `Store::conn`).
-#[doc(hidden)]
-pub fn saved_adapter_on(conn: &Connection, model: &str) -> Option<(Vec<u8>, Option<String>)> {
-    saved_adapter(conn, model)
-}
-
-/// [`Store::query_adapter_record`] for `src/search/`, which still holds the
-/// connection (temporary, like `Store::conn`).
-#[doc(hidden)]
-pub fn adapter_record_on(conn: &Connection) -> Option<String> {
-    meta(conn, &MetaKey::QueryAdapter.name()).ok().flatten()
-}

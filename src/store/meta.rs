@@ -166,30 +166,10 @@ impl MetaKey<'_> {
     }
 }
 
-/// What [`Store::meta`] takes: a [`MetaKey`], or the text of one. The text
-/// is for `src/search/` until it names its keys (temporary); it must be the
-/// name of a [`MetaKey`] (checked in debug builds).
-pub trait MetaName {
-    fn meta_name(&self) -> Cow<'_, str>;
-}
-
-impl MetaName for MetaKey<'_> {
-    fn meta_name(&self) -> Cow<'_, str> {
-        self.name()
-    }
-}
-
-impl MetaName for &str {
-    fn meta_name(&self) -> Cow<'_, str> {
-        debug_assert!(MetaKey::from_name(self).is_some(), "{self} is not a MetaKey");
-        Cow::Borrowed(self)
-    }
-}
-
 impl Store {
     /// The value of `key`, if the index has one.
-    pub fn meta(&self, key: impl MetaName) -> Result<Option<String>> {
-        meta(&self.conn, &key.meta_name())
+    pub fn meta(&self, key: MetaKey) -> Result<Option<String>> {
+        meta(&self.conn, &key.name())
     }
 
     /// The value of `key` parsed, if the index has one that parses.

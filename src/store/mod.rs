@@ -28,6 +28,7 @@
 //! - [`write`]: the indexing transaction ([`Batch`]);
 //! - [`catalog`]: reads of catalogs, file versions and chunks;
 //! - [`lexical`]: the lexical index's upkeep and statistics;
+//! - [`lookup`]: the reads a search makes per query (matches, filters, chunk rows);
 //! - [`bm25`]: the ranking function search registers;
 //! - [`graph`]: the code graph's rows and their reads;
 //! - [`embeddings`]: the vectors' rows;
@@ -45,6 +46,7 @@ pub mod graph;
 mod integrity;
 pub mod lexical;
 mod lock;
+pub mod lookup;
 pub mod meta;
 mod open;
 mod rebuild;
@@ -83,12 +85,8 @@ pub fn has_index(dir: &Path) -> bool {
 
 /// An open index.
 pub struct Store {
-    /// The database. Outside `src/store/`, only `src/search/` still reads it
-    /// (temporary, while search is being split: the store methods it is to
-    /// call instead are listed in issue 36); nothing else may, which
-    /// `only_search_reaches_the_connection` checks.
-    #[doc(hidden)]
-    pub(crate) conn: Connection,
+    /// The database; only `src/store/` reads it.
+    conn: Connection,
     pub dir: PathBuf,
 }
 
