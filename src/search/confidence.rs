@@ -8,6 +8,13 @@
 //! question the repository can answer has its rarer words together in the
 //! answer; one it cannot answer has them nowhere (`kubernetes`, `oauth2` in
 //! a terminal multiplexer) or scattered over unrelated chunks.
+//!
+//! When the vectors took part, they are the second witness: a list whose
+//! words only partly match ([`Level::Medium`]) is low when nothing is close
+//! in meaning either, neither near in cosine nor standing out from the
+//! other candidates. Off-topic questions often share their everyday words
+//! ("update", "release", "github") with some changelog; their meaning is
+//! close to nothing.
 
 use std::collections::HashSet;
 
@@ -22,6 +29,14 @@ pub const HIGH_SCORE: f64 = 0.6;
 /// public eval and hand-written off-topic questions (BENCHMARKS.md "Saying
 /// when nothing matches"); a round value, not fitted to the last digit.
 pub const LOW_SCORE: f64 = 0.3;
+/// With vectors, a partial word match is low when the nearest result's
+/// cosine is below this and it stands fewer than [`WEAK_COSINE_Z`] standard
+/// deviations above the candidates' mean. Round values, measured on the
+/// public eval and hand-written off-topic questions (BENCHMARKS.md "Saying
+/// when nothing matches"); where a model's cosines run low the z-score alone
+/// decides.
+pub const WEAK_COSINE: f64 = 0.5;
+pub const WEAK_COSINE_Z: f64 = 1.5;
 /// The first results are the ones an agent reads; a strong match further
 /// down is more likely a long chunk that holds many words by chance.
 pub const RESULTS_WEIGHED: usize = 3;
@@ -129,16 +144,20 @@ impl Confidence {
         // them, and no other chunk could hold them.
         let absent = share(&|t| t.df == 0.0);
         let score = if e.defines_name { 1.0 } else { coverage * (1.0 - absent) };
+        let vectors_find_nothing_close = match (e.cosine, e.cosine_z) {
+            (Some(cosine), Some(z)) => cosine < WEAK_COSINE && z < WEAK_COSINE_Z,
+            _ => false,
+        };
         let level = if e.hit_terms.is_empty() {
             Level::Low
         } else if score >= HIGH_SCORE {
             Level::High
-        } else if score >= LOW_SCORE {
+        } else if score >= LOW_SCORE && !vectors_find_nothing_close {
             Level::Medium
         } else {
             Level::Low
         };
-        let note = (level == Level::Low).then(|| no_match_line(&why_low(e)));
+        let note = (level == Level::Low).then(|| no_match_line(&why_low(e, score >= LOW_SCORE)));
         Confidence {
             level,
             score: (score * 1000.0).round() / 1000.0,
@@ -175,9 +194,11 @@ fn no_match_line(why: &str) -> String {
     format!("no strong match ({why}); the results are only the closest")
 }
 
-fn why_low(e: &Evidence) -> String {
+/// Why a list is low; `words_partly_match`: it is low for its vectors.
+fn why_low(e: &Evidence, words_partly_match: bool) -> String {
     match e.absent_words {
         [] if e.hit_terms.is_empty() => "nothing matches".to_string(),
+        [] if words_partly_match => "some of its words match, but nothing is close in meaning".to_string(),
         [] => "no result holds most of the query's rarer words".to_string(),
         words => {
             let quoted: Vec<String> = words.iter().take(4).map(|w| format!("`{w}`")).collect();
@@ -195,4 +216,43 @@ pub fn hit_terms(symbol: Option<&str>, path: &str, content: &str) -> HashSet<Str
         text.push(' ');
     }
     text.split(' ').filter(|t| !t.is_empty()).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query of three words: `common` in a third of 900 chunks, `rare` in
+    /// 3, `rarest` in 1; the first result holds `held` of them.
+    fn rate(held: &[&str], cosine: Option<(f64, f64)>) -> Confidence {
+        let terms = [("common", 300.0), ("rare", 3.0), ("rarest", 1.0)]
+            .map(|(term, df)| TermStat { term: term.into(), df });
+        let hit_terms = [held.iter().map(|t| t.to_string()).collect::<HashSet<_>>()];
+        Confidence::rate(
+            &Evidence {
+                terms: &terms,
+                total: 900.0,
+                hit_terms: &hit_terms,
+                defines_name: false,
+                absent_words: &[],
+                cosine: cosine.map(|c| c.0),
+                cosine_z: cosine.map(|c| c.1),
+            },
+            false,
+        )
+    }
+
+    #[test]
+    fn a_partial_word_match_is_low_only_when_nothing_is_close_in_meaning() {
+        let partial = ["common", "rare"];
+        assert_eq!(rate(&partial, None).level, Level::Medium, "lexical alone");
+        let far = rate(&partial, Some((0.35, 0.9)));
+        assert_eq!(far.level, Level::Low);
+        assert!(far.note.unwrap().contains("nothing is close in meaning"));
+        assert_eq!(rate(&partial, Some((0.35, 2.5))).level, Level::Medium, "stands out");
+        assert_eq!(rate(&partial, Some((0.62, 0.9))).level, Level::Medium, "near");
+        let all = ["common", "rare", "rarest"];
+        assert_eq!(rate(&all, Some((0.2, 0.1))).level, Level::High, "every word held");
+        assert_eq!(rate(&["common"], Some((0.9, 4.0))).level, Level::Low, "few words held");
+    }
 }
