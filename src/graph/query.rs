@@ -42,14 +42,14 @@ impl Symbol {
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Site {
     pub path: String,
     pub line: u32,
 }
 
 /// One resolved reference: `from` refers to `to` at `call_site`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Edge {
     pub from: Symbol,
     pub to: Symbol,
@@ -88,7 +88,7 @@ impl Edge {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     Callers,
@@ -96,7 +96,7 @@ pub enum Direction {
 }
 
 /// The answer to a callers/callees query.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CallGraph {
     pub symbol: Symbol,
     pub direction: Direction,
@@ -110,7 +110,7 @@ pub struct CallGraph {
 }
 
 /// The answer to a path query: the calls from `from` to `to`, in order.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CallPath {
     pub from: Symbol,
     pub to: Symbol,

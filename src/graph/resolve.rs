@@ -17,7 +17,7 @@ use crate::source::extract::{module_name, CONTAINER_KINDS, SELF_WORDS};
 use anyhow::Result;
 
 /// How a reference was tied to its definition, from surest to least sure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Confidence {
     /// Through the receiver: the method's own object or a named type.

@@ -13,7 +13,7 @@ use crate::source::discover::{self, DiscoverOptions, SkipReason};
 use crate::source::git;
 use crate::store::{self, MetaKey, Store};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Freshness {
     /// The catalog searched: HEAD's branch, `@detached`, or empty outside git.
     pub branch: String,

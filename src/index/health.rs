@@ -15,7 +15,7 @@ use crate::source::git;
 use crate::store::vectors::{self, VectorIndex};
 use crate::store::{self, MetaKey, Orphans, Store};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Info,
@@ -23,7 +23,7 @@ pub enum Severity {
     Error,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub check: String,
     pub severity: Severity,
@@ -33,7 +33,7 @@ pub struct Finding {
     pub repaired: bool,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct HealthReport {
     pub healthy: bool,
     pub schema_version: i64,

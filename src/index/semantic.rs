@@ -19,7 +19,7 @@ use crate::store::cache::SharedCache;
 use crate::store::vectors::{self, VectorIndex};
 use crate::store::{MetaKey, Store, WRITE_LOCK_TIMEOUT};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct EmbedReport {
     pub model: String,
     /// Distinct chunk contents of the branch.

@@ -11,7 +11,7 @@ use crate::source::discover::SkipCounts;
 use crate::source::git;
 use crate::store::{MetaKey, Store, SCHEMA_VERSION};
 
-#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub root: String,
     pub index_dir: String,

@@ -26,7 +26,7 @@ pub const LOW_SCORE: f64 = 0.3;
 /// down is more likely a long chunk that holds many words by chance.
 pub const RESULTS_WEIGHED: usize = 3;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     High,
@@ -35,7 +35,7 @@ pub enum Level {
 }
 
 /// How sure ken is that the results answer the query.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Confidence {
     pub level: Level,
     /// 0..1: the largest IDF-weighted share of the query's terms one of the
@@ -53,7 +53,7 @@ pub struct Confidence {
 }
 
 /// What the confidence is made of.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Signals {
     /// The largest IDF-weighted share of the query's terms one of the first results holds.
     pub coverage: f64,

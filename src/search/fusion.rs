@@ -31,7 +31,7 @@ pub enum Fusion {
 }
 
 /// The weight of each side of the fusion (lexical, semantic, signature).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Weights {
     pub lexical: f64,
     pub semantic: f64,

@@ -47,7 +47,7 @@ pub struct SearchHit {
 }
 
 /// Lines of a file, 1-based and inclusive.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Location {
     pub path: String,
     pub start_line: u32,
@@ -56,7 +56,7 @@ pub struct Location {
 
 /// How a hit's score was made: the sides of the fusion, then each factor
 /// of the rerank and of the per-file spread. `score` = `fused` × the factors.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Explain {
     /// BM25 of the chunk for the query's terms (0: none of them in it).
     pub bm25: f64,
@@ -85,7 +85,7 @@ pub struct Explain {
     pub factors: Vec<ExplainFactor>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ExplainFactor {
     pub reason: String,
     pub factor: f64,

@@ -81,9 +81,7 @@ impl SearchRequest {
 }
 
 /// How results are found.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchMode {
     /// Lexical and vector candidates, each scored on both sides and combined (the default).

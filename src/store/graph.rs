@@ -12,7 +12,7 @@ use super::{count, Store};
 use crate::source::extract::{FileGraph, SymbolRow};
 
 /// A definition on the branch.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Symbol {
     /// Symbol id (0: the top-level code of the file).
     pub id: i64,

@@ -38,7 +38,7 @@ pub const TEST_DEPTH: usize = 4;
 /// Callers listed at most (the count says how many there are).
 const MAX_CALLERS: usize = 200;
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Impact {
     /// What was compared, e.g. `HEAD..working tree`.
     pub compared: String,
@@ -63,7 +63,7 @@ pub struct Impact {
     pub truncated: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangedFile {
     pub path: String,
     /// added, modified, deleted or renamed.
@@ -72,7 +72,7 @@ pub struct ChangedFile {
     pub old_path: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangedSymbol {
     /// `Container.name` or the name.
     pub name: String,
@@ -93,7 +93,7 @@ pub struct ChangedSymbol {
     pub tested: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Caller {
     /// `path:Container.name` of the calling definition (`<module>` for top-level code).
     pub symbol: String,
@@ -107,7 +107,7 @@ pub struct Caller {
     pub text: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AffectedTest {
     /// `Container.name` of the test function, or the file for a test file.
     pub name: String,
@@ -120,7 +120,7 @@ pub struct AffectedTest {
     pub reaches: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Risk {
     /// low, medium or high.
     pub level: String,
