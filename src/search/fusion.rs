@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 
 use super::candidates::Candidate;
 use super::hit::{Explain, ExplainFactor};
@@ -31,7 +30,7 @@ pub enum Fusion {
 }
 
 /// The weight of each side of the fusion (lexical, semantic, signature).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Weights {
     pub lexical: f64,
     pub semantic: f64,

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use rusqlite::OptionalExtension;
-use serde::Serialize;
 
 use crate::embed::InputKind;
 use crate::search::confidence::{Confidence, Evidence, TermStat};
@@ -81,8 +80,7 @@ impl SearchRequest {
 }
 
 /// How results are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SearchMode {
     /// Lexical and vector candidates, each scored on both sides and combined (the default).
     #[default]
