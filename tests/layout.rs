@@ -117,6 +117,32 @@ fn only_the_config_module_reads_settings_from_the_environment() {
     assert!(reads.is_empty(), "settings read outside src/config/: {reads:#?}");
 }
 
+/// The front ends' traits stay in the front ends: MCP's schemas
+/// (`schemars`, `JsonSchema`) in `src/serve/` (its wire types), clap in
+/// `src/cli/`, so a change in the core cannot change a client's format or a
+/// flag by accident.
+#[test]
+fn front_end_traits_stay_in_the_front_ends() {
+    let mut outside = Vec::new();
+    for (path, text) in sources() {
+        if matches!(stage_of(&path), Some("serve" | "cli")) {
+            continue;
+        }
+        for (line_no, line) in code_lines(&text) {
+            let front_end = ["schemars", "JsonSchema", "clap::", "clap;", "ValueEnum"]
+                .iter()
+                .any(|pattern| line.contains(pattern));
+            if front_end {
+                outside.push(format!("{}:{line_no}: {}", relative(&path), line.trim()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "front-end traits outside src/serve/ and src/cli/: {outside:#?}"
+    );
+}
+
 /// Whether `line` reads a field `conn` (`.conn` not followed by more of a name).
 fn names_the_connection(line: &str) -> bool {
     line.match_indices(".conn").any(|(at, m)| {

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::context::impact::Target;
-use crate::search::SearchMode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -477,6 +476,28 @@ pub(super) fn hyphen_words_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::
     out.extend(words);
     out.extend(args.into_iter().skip(separator + 1));
     out
+}
+
+/// How results are found (`--mode`; the core's [`crate::search::SearchMode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(super) enum SearchMode {
+    /// Lexical and vector candidates, each scored on both sides and combined (the default).
+    #[default]
+    Hybrid,
+    /// Embedding similarity only.
+    Semantic,
+    /// BM25 over code-aware terms only.
+    Lexical,
+}
+
+impl From<SearchMode> for crate::search::SearchMode {
+    fn from(mode: SearchMode) -> crate::search::SearchMode {
+        match mode {
+            SearchMode::Hybrid => crate::search::SearchMode::Hybrid,
+            SearchMode::Semantic => crate::search::SearchMode::Semantic,
+            SearchMode::Lexical => crate::search::SearchMode::Lexical,
+        }
+    }
 }
 
 #[cfg(test)]

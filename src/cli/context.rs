@@ -11,6 +11,7 @@ use super::search::open_bases;
 use super::{render, Place};
 use crate::context::question::QuestionRequest;
 use crate::context::{impact, map, pack, symbol};
+use crate::serve::wire;
 
 /// `ken map`: the repository's most important files within a budget.
 pub(super) fn map(at: &Place, args: &MapArgs) -> Result<i32> {
@@ -20,7 +21,7 @@ pub(super) fn map(at: &Place, args: &MapArgs) -> Result<i32> {
     let focus = map::Focus::parse(&root, args.focus.as_deref());
     let map = map::repo_map(&root, &index_dir, focus, budget)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&map)?);
+        println!("{}", serde_json::to_string_pretty(&wire::RepoMap::from(map))?);
     } else {
         render::print_pack(&map.map);
     }
@@ -36,7 +37,7 @@ pub(super) fn context(at: &Place, args: &ContextArgs) -> Result<i32> {
             let req = QuestionRequest {
                 query: query.clone(),
                 budget: args.budget,
-                mode: args.mode,
+                mode: args.mode.into(),
                 path_glob: args.path.clone(),
             };
             question_context(&root, &index_dir, &req, args.json)
@@ -58,7 +59,7 @@ fn symbol_context(root: &Path, index_dir: &Path, spec: &str, args: &ContextArgs)
         Err(e) => return ambiguous(e, args.json),
     };
     if args.json {
-        println!("{}", serde_json::to_string(&out)?);
+        println!("{}", serde_json::to_string(&wire::SymbolContext::from(out))?);
     } else {
         print!("{}", render::symbol_context(&out));
     }
@@ -70,7 +71,7 @@ fn symbol_context(root: &Path, index_dir: &Path, spec: &str, args: &ContextArgs)
 fn question_context(root: &Path, index_dir: &Path, req: &QuestionRequest, json: bool) -> Result<i32> {
     let answer = open_bases(root, index_dir, false)?.answer(root, req)?;
     if json {
-        println!("{}", serde_json::to_string(&answer)?);
+        println!("{}", serde_json::to_string(&wire::QuestionContext::from(answer))?);
         return Ok(0);
     }
     if let Some(n) = &answer.notice {
@@ -86,7 +87,7 @@ pub(super) fn impact(at: &Place, args: &ImpactArgs) -> Result<i32> {
     let (root, index_dir) = at.read()?;
     let impact = impact::change_impact(&root, &index_dir, &args.target(), args.depth)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&impact)?);
+        println!("{}", serde_json::to_string_pretty(&wire::Impact::from(impact))?);
     } else {
         print!("{}", render::impact(&impact));
     }

@@ -7,6 +7,7 @@ use super::args::{CallgraphArgs, DefArgs, PathArgs};
 use super::render::{self, Style};
 use super::Place;
 use crate::graph::query::{Ambiguous, Direction};
+use crate::serve::wire;
 
 /// Prints the candidates of an ambiguous symbol argument; exit code 2.
 pub(super) fn ambiguous(e: anyhow::Error, json: bool) -> Result<i32> {
@@ -14,7 +15,7 @@ pub(super) fn ambiguous(e: anyhow::Error, json: bool) -> Result<i32> {
         return Err(e);
     };
     if json {
-        let value = serde_json::json!({"error": "ambiguous", "symbol": amb.spec, "candidates": amb.candidates});
+        let value = serde_json::json!({"error": "ambiguous", "symbol": amb.spec, "candidates": wire::symbols(amb.candidates.clone())});
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         eprint!("ken: {amb}");
@@ -35,7 +36,7 @@ pub(super) fn callgraph(at: &Place, args: &CallgraphArgs) -> Result<i32> {
         Err(e) => return ambiguous(e, args.json),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&graph)?);
+        println!("{}", serde_json::to_string_pretty(&wire::CallGraph::from(graph))?);
     } else {
         print!("{}", render::call_tree(&graph, Style::stdout()));
     }
@@ -50,7 +51,7 @@ pub(super) fn path(at: &Place, args: &PathArgs) -> Result<i32> {
         Err(e) => return ambiguous(e, args.json),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&path)?);
+        println!("{}", serde_json::to_string_pretty(&wire::CallPath::from(path.clone()))?);
     } else {
         print!("{}", render::call_path(&path, Style::stdout()));
     }
@@ -68,7 +69,7 @@ pub(super) fn def(at: &Place, args: &DefArgs) -> Result<i32> {
         args.path.as_deref(),
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&found)?);
+        println!("{}", serde_json::to_string_pretty(&wire::symbols(found.clone()))?);
     } else {
         render::print_definitions(&found, &args.name);
     }

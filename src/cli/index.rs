@@ -13,6 +13,7 @@ use crate::index::progress::Reporter;
 use crate::index::semantic::{self, EmbedReport};
 use crate::index::IndexOptions;
 use crate::search::kb;
+use crate::serve::wire;
 use crate::source::discover::DiscoverOptions;
 use crate::store;
 
@@ -48,8 +49,8 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
     })?;
     let (report, embedding) = (indexed.report, indexed.embedding.and_then(warn_unembedded));
     if args.json {
-        let mut value = serde_json::to_value(&report)?;
-        value["embedding"] = serde_json::to_value(&embedding)?;
+        let mut value = serde_json::to_value(wire::IndexReport::from(report))?;
+        value["embedding"] = serde_json::to_value(embedding.map(wire::EmbedReport::from))?;
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if let (Some(e), false) = (&embedding, args.quiet) {
         println!("  embedded:  {}", e.summary());
@@ -133,7 +134,10 @@ fn warn_unembedded(embedding: Result<EmbedReport>) -> Option<EmbedReport> {
 fn kb_list(index_dir: &Path, json: bool) -> Result<()> {
     let bases = kb::list(index_dir)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&bases)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&wire::knowledge_bases(bases.clone()))?
+        );
     } else if bases.is_empty() {
         println!("no knowledge bases; add one with `ken kb add PATH`");
     }

@@ -9,7 +9,8 @@ use super::render::{self, Style};
 use super::Place;
 use crate::app::Bases;
 use crate::search::kb::{self, BaseHit};
-use crate::search::{SearchHit, SearchRequest, Searcher};
+use crate::search::{SearchRequest, Searcher};
+use crate::serve::wire;
 
 /// `ken search`: the project and its knowledge bases.
 pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
@@ -21,7 +22,7 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         language: args.lang,
         kind: args.kind,
         max_per_file: args.max_per_file,
-        mode: args.mode,
+        mode: args.mode.into(),
         explain: args.explain,
     };
     let bases = open_bases(&root, &index_dir, true)?;
@@ -44,10 +45,10 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
     if args.json && (freshness.is_some() || args.confidence) {
         let mut value = serde_json::json!({"results": json_hits(&hits)?});
         if let Some(f) = &freshness {
-            value["index"] = serde_json::to_value(f)?;
+            value["index"] = serde_json::to_value(wire::Freshness::from(f.clone()))?;
         }
         if args.confidence {
-            value["confidence"] = serde_json::to_value(&confidence)?;
+            value["confidence"] = serde_json::to_value(wire::Confidence::from(confidence))?;
         }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if args.json {
@@ -100,12 +101,45 @@ pub(super) fn open_bases(root: &Path, index_dir: &Path, say_unlisted: bool) -> R
 
 /// Results as a JSON array: each hit's fields plus the base it comes from.
 fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
-    #[derive(serde::Serialize)]
-    struct JsonHit<'a> {
-        base: &'a str,
-        #[serde(flatten)]
-        hit: &'a SearchHit,
-    }
-    let rows: Vec<JsonHit> = hits.iter().map(|(base, hit)| JsonHit { base, hit }).collect();
+    let rows: Vec<JsonHit> = hits.iter().map(JsonHit::from).collect();
     Ok(serde_json::to_value(rows)?)
+}
+
+/// A result as `ken search --json` prints it (README: a stable format).
+#[derive(serde::Serialize)]
+struct JsonHit<'a> {
+    base: &'a str,
+    path: &'a str,
+    start_line: u32,
+    end_line: u32,
+    score: f64,
+    kind: &'a str,
+    symbol: Option<&'a str>,
+    language: &'a str,
+    snippet: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explain: Option<wire::Explain>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    copies: Vec<wire::Location>,
+}
+
+impl<'a> From<&'a BaseHit> for JsonHit<'a> {
+    fn from((base, hit): &'a BaseHit) -> JsonHit<'a> {
+        JsonHit {
+            base,
+            path: &hit.path,
+            start_line: hit.start_line,
+            end_line: hit.end_line,
+            score: hit.score,
+            kind: &hit.kind,
+            symbol: hit.symbol.as_deref(),
+            language: &hit.language,
+            snippet: &hit.snippet,
+            context: hit.context.as_deref(),
+            explain: hit.explain.clone().map(wire::Explain::from),
+            copies: hit.copies.iter().cloned().map(wire::Location::from).collect(),
+        }
+    }
 }

@@ -7,13 +7,14 @@ use anyhow::{Context, Result};
 
 use super::render::{self, Style};
 use super::Place;
+use crate::serve::wire;
 
 /// `ken status`.
 pub(super) fn status(at: &Place, json: bool) -> Result<i32> {
     let (root, index_dir) = at.read()?;
     let status = crate::index::status::status(&root, &index_dir)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        println!("{}", serde_json::to_string_pretty(&wire::Status::from(status))?);
     } else {
         print!("{}", render::status(&status, Style::stdout()));
     }
@@ -25,7 +26,10 @@ pub(super) fn health(at: &Place, repair: bool, full: bool, json: bool) -> Result
     let (root, index_dir) = at.read()?;
     let report = crate::index::health::check(&root, &index_dir, repair, full)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&wire::HealthReport::from(report.clone()))?
+        );
     } else {
         for f in &report.findings {
             let fixed = if f.repaired { " (repaired)" } else { "" };

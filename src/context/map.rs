@@ -44,7 +44,7 @@ const MAX_SIGNATURE_CHARS: usize = 120;
 const FOCUS_HITS: usize = 20;
 
 /// A repository map.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Serialize)]
 pub struct RepoMap {
     /// Files with definitions on the branch.
     pub files: usize,

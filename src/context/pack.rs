@@ -72,7 +72,7 @@ pub struct Candidate {
 }
 
 /// A piece in the pack, as the agent receives it.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Piece {
     pub path: String,
     /// `start-end`, 1-based, inclusive.
@@ -84,7 +84,7 @@ pub struct Piece {
 }
 
 /// Evidence packed within a budget.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Pack {
     pub pieces: Vec<Piece>,
     /// Tokens of this pack as serialized (compact JSON).

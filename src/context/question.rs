@@ -53,7 +53,7 @@ pub struct QuestionRequest {
 }
 
 /// The answer: evidence for the question, packed within `budget` tokens.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct QuestionContext {
     pub query: String,
     /// How likely the matches are to answer the question; a low one says so

@@ -17,7 +17,7 @@ use crate::graph::resolve::Confidence;
 use crate::store::Store;
 
 /// The symbol asked about.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct SymbolInfo {
     pub id: i64,
     /// `Container.name`, or the name.
@@ -32,7 +32,7 @@ pub struct SymbolInfo {
 }
 
 /// A commit that changed the symbol's lines.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Commit {
     /// Short commit id.
     pub id: String,
@@ -43,7 +43,7 @@ pub struct Commit {
 }
 
 /// What an edit of one symbol needs, within a token budget.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SymbolContext {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symbol: Option<SymbolInfo>,

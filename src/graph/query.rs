@@ -9,7 +9,6 @@ use std::path::Path;
 use std::rc::Rc;
 
 use anyhow::{bail, Result};
-use serde::Serialize;
 
 use super::resolve::{Confidence, Resolution};
 use crate::store::Store;
@@ -42,14 +41,14 @@ impl Symbol {
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Site {
     pub path: String,
     pub line: u32,
 }
 
 /// One resolved reference: `from` refers to `to` at `call_site`.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Edge {
     pub from: Symbol,
     pub to: Symbol,
@@ -61,16 +60,10 @@ pub struct Edge {
     pub depth: usize,
     /// For ambiguous edges: the definitions the reference may mean, the
     /// first [`MAX_CANDIDATES`] of them.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Symbol>,
     /// For ambiguous edges: how many definitions the reference may mean
     /// (more than `candidates` lists when above [`MAX_CANDIDATES`]).
-    #[serde(skip_serializing_if = "is_zero")]
     pub candidate_count: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl Edge {
@@ -88,15 +81,14 @@ impl Edge {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     Callers,
     Callees,
 }
 
 /// The answer to a callers/callees query.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct CallGraph {
     pub symbol: Symbol,
     pub direction: Direction,
@@ -105,12 +97,11 @@ pub struct CallGraph {
     /// Set when the edge limit or the reference limit per level cut the answer short.
     pub truncated: bool,
     /// Why the answer is partial, when `truncated`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
 /// The answer to a path query: the calls from `from` to `to`, in order.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct CallPath {
     pub from: Symbol,
     pub to: Symbol,
@@ -120,7 +111,6 @@ pub struct CallPath {
     /// path may exist that was not found, or a shorter one).
     pub truncated: bool,
     /// Why the search is partial, when `truncated`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 

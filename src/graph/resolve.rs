@@ -10,15 +10,12 @@
 
 use std::rc::Rc;
 
-use serde::Serialize;
-
 use super::query::{Graph, Ref, Symbol};
 use crate::source::extract::{module_name, CONTAINER_KINDS, SELF_WORDS};
 use anyhow::Result;
 
 /// How a reference was tied to its definition, from surest to least sure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Confidence {
     /// Through the receiver: the method's own object or a named type.
     Receiver,

@@ -7,13 +7,12 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 
 use crate::source::discover::{self, DiscoverOptions, SkipReason};
 use crate::source::git;
 use crate::store::{self, MetaKey, Store};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default)]
 pub struct Freshness {
     /// The catalog searched: HEAD's branch, `@detached`, or empty outside git.
     pub branch: String,
@@ -25,7 +24,6 @@ pub struct Freshness {
     pub indexed_at: Option<String>,
     /// Files new, changed or deleted on disk since the last update (by size
     /// and mtime against the catalog); absent when not counted.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_changes: Option<u64>,
     /// The process (`ken watch` or `ken serve`) keeping the index fresh, if any.
     pub watcher_pid: Option<u32>,

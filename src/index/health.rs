@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::index::freshness::{pending_changes, Pending};
 use crate::index::IndexOptions;
@@ -15,15 +14,14 @@ use crate::source::git;
 use crate::store::vectors::{self, VectorIndex};
 use crate::store::{self, MetaKey, Orphans, Store};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Severity {
     Info,
     Warning,
     Error,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Finding {
     pub check: String,
     pub severity: Severity,
@@ -33,7 +31,7 @@ pub struct Finding {
     pub repaired: bool,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct HealthReport {
     pub healthy: bool,
     pub schema_version: i64,

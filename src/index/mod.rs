@@ -67,7 +67,7 @@ impl Default for IndexOptions {
 }
 
 /// What one `ken index` run did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct IndexReport {
     pub root: String,
     pub branch: String,

@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::embed::adapter;
 use crate::embed::text::{cache_model, embedding_text, signature_model, signature_texts};
@@ -19,7 +18,7 @@ use crate::store::cache::SharedCache;
 use crate::store::vectors::{self, VectorIndex};
 use crate::store::{MetaKey, Store, WRITE_LOCK_TIMEOUT};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default)]
 pub struct EmbedReport {
     pub model: String,
     /// Distinct chunk contents of the branch.
@@ -30,11 +29,9 @@ pub struct EmbedReport {
     /// or another repository through the shared cache).
     pub reused: u64,
     /// Taken from the per-user cache of vectors (see [`SharedCache`]).
-    #[serde(default)]
     pub from_shared_cache: u64,
     pub vectors_in_index: u64,
     /// Signature vectors embedded by this run (see [`signature_texts`]).
-    #[serde(default)]
     pub signatures_embedded: u64,
     pub seconds: f64,
 }

@@ -4,14 +4,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::index::{BranchTotals, IndexReport};
 use crate::source::discover::SkipCounts;
 use crate::source::git;
 use crate::store::{MetaKey, Store, SCHEMA_VERSION};
 
-#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Status {
     pub root: String,
     pub index_dir: String,

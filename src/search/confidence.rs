@@ -41,7 +41,7 @@ pub const WEAK_COSINE_Z: f64 = 1.5;
 /// down is more likely a long chunk that holds many words by chance.
 pub const RESULTS_WEIGHED: usize = 3;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     High,
@@ -50,7 +50,7 @@ pub enum Level {
 }
 
 /// How sure ken is that the results answer the query.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Confidence {
     pub level: Level,
     /// 0..1: the largest IDF-weighted share of the query's terms one of the
@@ -68,7 +68,7 @@ pub struct Confidence {
 }
 
 /// What the confidence is made of.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Signals {
     /// The largest IDF-weighted share of the query's terms one of the first results holds.
     pub coverage: f64,
@@ -225,8 +225,8 @@ mod tests {
     /// A query of three words: `common` in a third of 900 chunks, `rare` in
     /// 3, `rarest` in 1; the first result holds `held` of them.
     fn rate(held: &[&str], cosine: Option<(f64, f64)>) -> Confidence {
-        let terms = [("common", 300.0), ("rare", 3.0), ("rarest", 1.0)]
-            .map(|(term, df)| TermStat { term: term.into(), df });
+        let terms =
+            [("common", 300.0), ("rare", 3.0), ("rarest", 1.0)].map(|(term, df)| TermStat { term: term.into(), df });
         let hit_terms = [held.iter().map(|t| t.to_string()).collect::<HashSet<_>>()];
         Confidence::rate(
             &Evidence {

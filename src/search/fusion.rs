@@ -4,8 +4,6 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
 use super::candidates::Candidate;
 use super::hit::{Explain, ExplainFactor};
 use super::SearchMode;
@@ -27,7 +25,7 @@ pub enum Fusion {
 }
 
 /// The weight of each side of the fusion (lexical, semantic, signature).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Weights {
     pub lexical: f64,
     pub semantic: f64,

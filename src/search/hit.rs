@@ -3,8 +3,6 @@
 //! definitions the query named. Also the code words of a chunk's text, which
 //! quoted code and declared names are looked for in.
 
-use serde::Serialize;
-
 use crate::source::lexical::{self, QueryTerms};
 
 use super::definitions::Member;
@@ -14,7 +12,7 @@ use super::fusion::Weights;
 const SNIPPET_LINES: usize = 4;
 
 /// One ranked result.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SearchHit {
     /// Path relative to the indexed root, `/`-separated.
     pub path: String,
@@ -28,26 +26,20 @@ pub struct SearchHit {
     /// The lines of the chunk that best match the query.
     pub snippet: String,
     /// Signatures of enclosing definitions (e.g. the class of a method).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
     /// Why the hit ranks where it does (only when asked for).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
     /// The same text elsewhere: chunks identical to this one, which rank
     /// here once instead of filling the list with copies.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub copies: Vec<Location>,
-    #[serde(skip)]
     pub content: String,
-    #[serde(skip)]
     pub chunk_id: i64,
     /// The hash of the chunk's text (0: unknown).
-    #[serde(skip)]
     pub content_hash: i64,
 }
 
 /// Lines of a file, 1-based and inclusive.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Location {
     pub path: String,
     pub start_line: u32,
@@ -56,36 +48,31 @@ pub struct Location {
 
 /// How a hit's score was made: the sides of the fusion, then each factor
 /// of the rerank and of the per-file spread. `score` = `fused` × the factors.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Explain {
     /// BM25 of the chunk for the query's terms (0: none of them in it).
     pub bm25: f64,
     /// The lexical side: BM25 over the best candidate's, 0..1.
     pub lexical: f64,
     /// Cosine similarity of the chunk's vector to the query's (none: no vector, or lexical mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub cosine: Option<f32>,
     /// The semantic side: that similarity scaled by the candidates' spread, 0..1.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub semantic: Option<f64>,
     /// Cosine similarity of the nearest of the chunk's signature vectors.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub signature_cosine: Option<f32>,
     /// The signature side, scaled like the semantic side.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<f64>,
     /// The sides combined (`KEN_FUSION`, `KEN_FUSION_WEIGHTS`).
     pub fused: f64,
     /// The weight of each side in `fused`, in hybrid mode with vectors:
     /// `KEN_FUSION_WEIGHTS`, else the model's (BM25's times its lexical
     /// weight); BM25's times 1.4 for a query the query adapter leaves as typed.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub weights: Option<Weights>,
     /// The factors applied after the fusion, in order.
     pub factors: Vec<ExplainFactor>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExplainFactor {
     pub reason: String,
     pub factor: f64,

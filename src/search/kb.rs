@@ -21,7 +21,7 @@ pub type BaseHit = (String, SearchHit);
 pub const PROJECT: &str = "project";
 const REGISTRY: &str = "knowledge_bases.json";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnowledgeBase {
     pub name: String,
     /// Absolute, canonical folder.

@@ -25,7 +25,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use serde::Serialize;
 
 use crate::embed::InputKind;
 use crate::search::confidence::{Confidence, Evidence, TermStat};
@@ -80,10 +79,7 @@ impl SearchRequest {
 }
 
 /// How results are found.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, clap::ValueEnum, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SearchMode {
     /// Lexical and vector candidates, each scored on both sides and combined (the default).
     #[default]

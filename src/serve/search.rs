@@ -9,7 +9,7 @@ use rmcp::model::CallToolResult;
 use rmcp::ErrorData;
 
 use super::tools::{blocking, data_result, json_result, tool_error};
-use super::wire::{Hit, QuestionArgs, SearchArgs, SearchOutput, SimilarArgs};
+use super::wire::{self, Hit, QuestionArgs, SearchArgs, SearchOutput, SimilarArgs};
 use super::KenServer;
 use crate::app::Bases;
 use crate::context::question::{QuestionContext, QuestionRequest};
@@ -62,7 +62,7 @@ impl KenServer {
             language: args.language,
             kind: args.kind,
             max_per_file: args.max_per_file,
-            mode: args.mode.unwrap_or_default(),
+            mode: args.mode.unwrap_or_default().into(),
             explain: args.explain.unwrap_or(false),
         };
         let server = self.clone();
@@ -82,10 +82,10 @@ impl KenServer {
         self.metrics.query(started.elapsed(), lexical_fallback);
         notices.extend(self.jobs_notice());
         json_result(&SearchOutput {
-            confidence: Some(confidence),
+            confidence: Some(confidence.into()),
             results: to_hits(hits, &bases, with_code, token_budget),
             notice: (!notices.is_empty()).then(|| notices.join("; ")),
-            index: Some(index),
+            index: Some(index.into()),
         })
     }
 
@@ -102,7 +102,7 @@ impl KenServer {
         let req = QuestionRequest {
             query: args.query,
             budget: args.budget,
-            mode: args.mode.unwrap_or_default(),
+            mode: args.mode.unwrap_or_default().into(),
             path_glob: args.path,
         };
         let server = self.clone();
@@ -112,7 +112,7 @@ impl KenServer {
             let lexical_fallback = answer.notice.as_deref().is_some_and(|n| n.contains("lexical"));
             self.metrics.query(started.elapsed(), lexical_fallback);
         }
-        data_result(outcome)
+        data_result(outcome.map(wire::QuestionContext::from))
     }
 
     /// codebase_context with pooled searchers of the project and the knowledge bases.
@@ -272,8 +272,8 @@ fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget:
             score: h.score,
             code: with_code.then_some(h.content),
             context: h.context,
-            explain: h.explain,
-            copies: h.copies,
+            explain: h.explain.map(wire::Explain::from),
+            copies: h.copies.into_iter().map(wire::Location::from).collect(),
         });
     }
     out

@@ -12,7 +12,6 @@ use serde::Serialize;
 
 use super::wire::*;
 use super::{log_path, KenServer};
-use crate::index::health::HealthReport;
 use crate::search::kb;
 use crate::serve::metrics::MetricsReport;
 
@@ -39,7 +38,7 @@ definition: one call returns the ranked functions with their code.",
 the best code for it plus its callers' call sites, its callees' signatures, its tests and matching docs. Use it \
 instead of codebase_search and reading files when you want to understand something, not list where it is.",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::context::question::QuestionContext>()
+        output_schema = schema_for_output::<QuestionContext>()
     )]
     async fn codebase_context(
         &self,
@@ -126,7 +125,7 @@ file out of step, files changed since indexing, missing vectors) with severities
             if repair {
                 jobs.stop_embedding();
             }
-            crate::index::health::check(&root, &dir, repair, full)
+            crate::index::health::check(&root, &dir, repair, full).map(HealthReport::from)
         })
         .await
         .and_then(data_result);
@@ -240,7 +239,7 @@ imports and receiver). Use it instead of grep for \"who calls X?\" or before cha
 comments, strings and same-named functions elsewhere. Edges give the call site and a confidence; an ambiguous \
 name returns candidates.",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::graph::query::CallGraph>()
+        output_schema = schema_for_output::<CallGraph>()
     )]
     async fn call_graph(
         &self,
@@ -250,10 +249,10 @@ name returns candidates.",
         let result = if args.symbol.trim().is_empty() {
             Ok(tool_error("`symbol` is empty: give a name, path:line or symbol id"))
         } else {
-            let direction = args.direction.unwrap_or(crate::graph::query::Direction::Callers);
+            let direction = args.direction.unwrap_or(Direction::Callers).into();
             let depth = args.depth.unwrap_or(1).clamp(1, 10);
             let (root, dir) = (self.root.clone(), self.index_dir.clone());
-            blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth))
+            blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth).map(CallGraph::from))
                 .await
                 .and_then(data_result)
         };
@@ -264,7 +263,7 @@ name returns candidates.",
         description = "Where to start in an unfamiliar repository: its most referenced files with their key \
 definitions' signatures, optionally around a path or a question. Instead of listing folders and opening files.",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::context::map::RepoMap>()
+        output_schema = schema_for_output::<RepoMap>()
     )]
     async fn repo_map(
         &self,
@@ -279,7 +278,7 @@ definitions' signatures, optionally around a path or a question. Instead of list
                 let (root, dir) = (self.root.clone(), self.index_dir.clone());
                 blocking(move || {
                     let focus = crate::context::map::Focus::parse(&root, args.focus.as_deref());
-                    crate::context::map::repo_map(&root, &dir, focus, budget)
+                    crate::context::map::repo_map(&root, &dir, focus, budget).map(RepoMap::from)
                 })
                 .await
                 .and_then(data_result)
@@ -292,7 +291,7 @@ definitions' signatures, optionally around a path or a question. Instead of list
         description = "The shortest chain of calls from one symbol to another (how does A reach B?), with call \
 sites; no edges when none within 12 calls.",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::graph::query::CallPath>()
+        output_schema = schema_for_output::<CallPath>()
     )]
     async fn call_graph_path(
         &self,
@@ -303,7 +302,7 @@ sites; no edges when none within 12 calls.",
             Ok(tool_error("`from` and `to` must both name a symbol"))
         } else {
             let (root, dir) = (self.root.clone(), self.index_dir.clone());
-            blocking(move || crate::graph::call_path(&root, &dir, &args.from, &args.to))
+            blocking(move || crate::graph::call_path(&root, &dir, &args.from, &args.to).map(CallPath::from))
                 .await
                 .and_then(data_result)
         };
@@ -315,7 +314,7 @@ sites; no edges when none within 12 calls.",
 callers' call sites, callees' signatures, its tests, last commits. Use it instead of search and reading files \
 when you know the symbol; locations_only answers \"where is X defined?\".",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::context::symbol::SymbolContext>()
+        output_schema = schema_for_output::<SymbolContext>()
     )]
     async fn symbol_context(
         &self,
@@ -334,6 +333,7 @@ when you know the symbol; locations_only answers \"where is X defined?\".",
                 } else {
                     crate::context::symbol::symbol_context(&root, &dir, &args.symbol, args.budget)
                 }
+                .map(SymbolContext::from)
             })
             .await
             .and_then(data_result)
@@ -346,7 +346,7 @@ when you know the symbol; locations_only answers \"where is X defined?\".",
 reach them, a risk level, and a command running just those tests. Use it after editing or to review a branch \
 (default: uncommitted changes).",
         annotations(read_only_hint = true),
-        output_schema = schema_for_output::<crate::context::impact::Impact>()
+        output_schema = schema_for_output::<Impact>()
     )]
     async fn change_impact(
         &self,
@@ -361,9 +361,10 @@ reach them, a risk level, and a command running just those tests. Use it after e
         };
         let depth = args.depth.unwrap_or(2).clamp(1, 6);
         let (root, dir) = (self.root.clone(), self.index_dir.clone());
-        let result = blocking(move || crate::context::impact::change_impact(&root, &dir, &target, depth))
-            .await
-            .and_then(data_result);
+        let result =
+            blocking(move || crate::context::impact::change_impact(&root, &dir, &target, depth).map(Impact::from))
+                .await
+                .and_then(data_result);
         self.finish("change_impact", started, result)
     }
 }

@@ -6,27 +6,23 @@
 
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
 
 use super::{count, Store};
 use crate::source::extract::{FileGraph, SymbolRow};
 
 /// A definition on the branch.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Symbol {
     /// Symbol id (0: the top-level code of the file).
     pub id: i64,
     pub name: String,
     pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     pub path: String,
     pub line: u32,
     pub end_line: u32,
     pub language: String,
-    #[serde(skip)]
     pub file_id: i64,
-    #[serde(skip)]
     pub parent: Option<i64>,
 }
 

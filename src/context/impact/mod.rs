@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::graph::query::{Direction, Graph, Symbol};
 use crate::source::extract::SymbolRow;
@@ -38,7 +37,7 @@ pub const TEST_DEPTH: usize = 4;
 /// Callers listed at most (the count says how many there are).
 const MAX_CALLERS: usize = 200;
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Impact {
     /// What was compared, e.g. `HEAD..working tree`.
     pub compared: String,
@@ -53,26 +52,22 @@ pub struct Impact {
     pub tests: Vec<AffectedTest>,
     pub risk: Risk,
     /// The runner that runs `tests` (pytest, cargo, go, jest, vitest, maven, gradle), if known.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub runner: Option<String>,
     /// A command that runs just those tests; the test files when the runner is unknown.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// Set when a graph limit cut the answer short.
-    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub truncated: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct ChangedFile {
     pub path: String,
     /// added, modified, deleted or renamed.
     pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub old_path: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct ChangedSymbol {
     /// `Container.name` or the name.
     pub name: String,
@@ -83,7 +78,6 @@ pub struct ChangedSymbol {
     /// added, modified, deleted or renamed.
     pub change: String,
     /// The old name of a renamed symbol.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub old_name: Option<String>,
     /// Direct callers in the index.
     pub callers: usize,
@@ -93,7 +87,7 @@ pub struct ChangedSymbol {
     pub tested: bool,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Caller {
     /// `path:Container.name` of the calling definition (`<module>` for top-level code).
     pub symbol: String,
@@ -107,7 +101,7 @@ pub struct Caller {
     pub text: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct AffectedTest {
     /// `Container.name` of the test function, or the file for a test file.
     pub name: String,
@@ -120,7 +114,7 @@ pub struct AffectedTest {
     pub reaches: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone)]
 pub struct Risk {
     /// low, medium or high.
     pub level: String,

@@ -1,14 +1,31 @@
-//! The wire format of the MCP tools: their arguments and results (every type
-//! deriving `JsonSchema` for MCP; `schemas/` holds what they generate).
+//! The wire format of the MCP tools: their arguments (here) and results
+//! (`search`, `index`, `graph`, `context`), the only types deriving
+//! `JsonSchema`; `schemas/` holds what they generate. The core types convert
+//! into them (`From`), so a change in the core changes what a client reads
+//! only where a conversion here is changed with it. The CLI's `--json`
+//! output is written with the same types.
+
+mod context;
+mod graph;
+mod index;
+mod search;
+
+pub use context::{
+    AffectedTest, Caller, ChangedFile, ChangedSymbol, Commit, Impact, Pack, Piece, QuestionContext, RepoMap, Risk,
+    SymbolContext, SymbolInfo,
+};
+pub use graph::{symbols, CallGraph, CallPath, Confidence as EdgeConfidence, Direction, Edge, Site, Symbol};
+pub use index::{
+    knowledge_bases, BaseIndexed, BaseStatus, EmbedReport, Finding, Freshness, HealthReport, IndexOutcome, IndexReport,
+    KnowledgeBase, KnowledgeBaseAdded, KnowledgeBaseRemoved, KnowledgeBasesOutput, ServerStatus, Severity, SkipCounts,
+    SkipReason, Status,
+};
+pub use search::{
+    Confidence, Explain, ExplainFactor, Hit, Level, Location, SearchMode, SearchOutput, Signals, Weights,
+};
 
 use rmcp::schemars;
 use serde::{Deserialize, Serialize};
-
-use crate::index::semantic::EmbedReport;
-use crate::index::status::Status;
-use crate::index::IndexReport;
-use crate::search::kb::KnowledgeBase;
-use crate::search::SearchMode;
 
 /// Tool arguments whose errors name the argument at fault
 /// (`argument \`limit\`: invalid type: string "ten", expected usize`).
@@ -163,7 +180,7 @@ pub struct CallGraphArgs {
     pub symbol: String,
     /// callers (default) or callees.
     #[serde(default)]
-    pub direction: Option<crate::graph::query::Direction>,
+    pub direction: Option<Direction>,
     /// How many call levels to follow (default 1).
     #[serde(default)]
     #[schemars(range(min = 1, max = 10))]
@@ -265,129 +282,11 @@ pub struct RemoveKnowledgeBaseArgs {
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct Hit {
-    /// `project`, or the knowledge base the result comes from.
-    pub base: String,
-    /// Relative to the base's root.
-    pub path: String,
-    /// The file's absolute path, for results from a knowledge base.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub absolute_path: Option<String>,
-    pub start_line: u32,
-    pub end_line: u32,
-    pub kind: String,
-    pub symbol: Option<String>,
-    pub language: String,
-    /// Ranks the list (higher first). Its scale depends on the mode: BM25 evidence in lexical,
-    /// cosine similarity in semantic and find_similar, both fused in hybrid; compare scores
-    /// within one list only.
-    pub score: f64,
-    /// The chunk's code (omitted by codebase_peek).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// Enclosing definitions' signatures (e.g. the class of a method).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context: Option<String>,
-    /// Why the result ranks where it does (with `explain`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub explain: Option<crate::search::Explain>,
-    /// The same code elsewhere: identical chunks, listed here instead of
-    /// ranked again.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub copies: Vec<crate::search::Location>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct SearchOutput {
-    /// How likely the results are to answer the query; when low, `note`
-    /// says so and why (stop searching, or ask otherwise).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<crate::search::confidence::Confidence>,
-    pub results: Vec<Hit>,
-    /// Set when the search could not do everything asked (e.g. lexical only,
-    /// an index run in progress).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notice: Option<String>,
-    /// What the index reflects: branch, commit, when indexed, pending changes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<crate::index::freshness::Freshness>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct IndexOutcome {
-    /// True when only counted: `files` is what would be indexed, nothing was written.
-    pub estimate_only: bool,
-    #[serde(flatten)]
-    pub report: IndexReport,
-    /// Bytes of the files found (estimate_only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytes: Option<u64>,
-    /// The embedding pass, when waited for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub embedding: Option<EmbedReport>,
-    /// Where semantic search stands after this call.
-    pub embedding_status: String,
-    /// The knowledge bases refreshed with the project.
-    pub knowledge_bases: Vec<BaseIndexed>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct BaseIndexed {
-    pub name: String,
-    pub path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub report: Option<IndexReport>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ServerStatus {
-    #[serde(flatten)]
-    pub status: Status,
-    /// An index run of this server is under way: results may be partial.
-    pub index_run_in_progress: bool,
-    /// Embeddings are being computed in the background (coverage is growing).
-    pub embedding_in_background: bool,
-    pub knowledge_bases: Vec<BaseStatus>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct BaseStatus {
-    #[serde(flatten)]
-    pub base: KnowledgeBase,
-    pub files: u64,
-    pub chunks: u64,
-    pub embedding_coverage: f64,
-    /// Why the numbers are missing (not indexed yet...).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct LogsOutput {
     /// Oldest first.
     pub records: Vec<crate::serve::logs::LogRecord>,
     /// Where the full log is written.
     pub log_file: String,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct KnowledgeBasesOutput {
-    pub knowledge_bases: Vec<BaseStatus>,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct KnowledgeBaseAdded {
-    pub added: KnowledgeBase,
-    pub index: IndexReport,
-    /// Where semantic search of the new base stands.
-    pub embedding_status: String,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct KnowledgeBaseRemoved {
-    pub removed: KnowledgeBase,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
