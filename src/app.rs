@@ -10,7 +10,9 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::context::question::{self, QuestionContext, QuestionRequest};
+use crate::index::fit::{self, FitOutcome};
 use crate::index::freshness::Freshness;
+use crate::index::progress::Reporter;
 use crate::index::semantic::{self, EmbedReport};
 use crate::index::{self, IndexOptions, IndexReport};
 use crate::search::kb::{self, KnowledgeBase, PROJECT};
@@ -21,27 +23,99 @@ pub struct Indexed {
     pub report: IndexReport,
     /// None when not asked for; an error leaves lexical search working.
     pub embedding: Option<Result<EmbedReport>>,
+    /// What became of the query adapter's fit after the embeddings (None:
+    /// no embedding pass, or it failed).
+    pub adapter: Option<Adapter>,
+}
+
+/// When the query adapter is fitted after an embedding pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FitWhen {
+    /// In a low-priority process of its own ([`fit::start_in_background`]):
+    /// the call returns with the vectors.
+    Background,
+    /// Before the call returns (evaluations that must search with it).
+    Now,
+}
+
+/// The query adapter after an index run.
+#[derive(Debug)]
+pub enum Adapter {
+    /// Its fit runs in this background process.
+    Fitting(u32),
+    /// Nothing to fit (current, off, or another process fits it).
+    Unchanged,
+    /// Fitted here ([`FitWhen::Now`]).
+    Fitted(FitOutcome),
+    /// The fit could not be started or failed; search works without it.
+    Failed(anyhow::Error),
+}
+
+impl Adapter {
+    /// One line for people.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            Adapter::Fitting(pid) => Some(format!(
+                "fitted in the background at low priority (pid {pid}); searches use it once it is done \
+                 (`ken status`)"
+            )),
+            Adapter::Unchanged => None,
+            Adapter::Fitted(outcome) => Some(outcome.describe()),
+            Adapter::Failed(e) => Some(format!("not fitted ({e:#}); searches work without it")),
+        }
+    }
+}
+
+/// Starts or runs the query adapter's fit of the index in `index_dir`
+/// after an embedding pass (see [`crate::index::fit`]).
+pub fn fit_adapter(root: &Path, index_dir: &Path, when: FitWhen, reporter: &Reporter) -> Adapter {
+    match when {
+        FitWhen::Background => match fit::start_in_background(root, index_dir) {
+            Ok(Some(pid)) => Adapter::Fitting(pid),
+            Ok(None) => Adapter::Unchanged,
+            Err(e) => Adapter::Failed(e),
+        },
+        FitWhen::Now => match fit::fit_root(root, index_dir, reporter, None) {
+            Ok(outcome) => Adapter::Fitted(outcome),
+            Err(e) => Adapter::Failed(e),
+        },
+    }
 }
 
 /// Indexes `root` into `index_dir`: phase one, the lexical index, committed
 /// and searchable when it returns; then `between` acts on its report (prints
 /// it, indexes more); then, when `embed`, phase two: the missing embeddings,
-/// with the same reporter. Only phase one (and `between`) can fail the call.
+/// with the same reporter, and the query adapter's fit (`fit`). Only phase
+/// one (and `between`) can fail the call.
 pub fn index_then_embed(
     root: &Path,
     index_dir: &Path,
     opts: &IndexOptions,
-    embed: bool,
+    embed: Option<FitWhen>,
     between: impl FnOnce(&IndexReport) -> Result<()>,
 ) -> Result<Indexed> {
     let report = index::index(root, index_dir, opts)?;
     between(&report)?;
-    let embedding = embed.then(|| semantic::embed_root(root, index_dir, &opts.reporter));
-    Ok(Indexed { report, embedding })
+    let Some(fit) = embed else {
+        return Ok(Indexed {
+            report,
+            embedding: None,
+            adapter: None,
+        });
+    };
+    let embedding = semantic::embed_root(root, index_dir, &opts.reporter);
+    let adapter =
+        (embedding.is_ok() && !opts.reporter.is_cancelled()).then(|| fit_adapter(root, index_dir, fit, &opts.reporter));
+    Ok(Indexed {
+        report,
+        embedding: Some(embedding),
+        adapter,
+    })
 }
 
 /// Registers `folder` as a knowledge base of the project at `root` and
-/// indexes it (then embeds it, when `embed`), as [`index_then_embed`] does.
+/// indexes it (then embeds it, when `embed` says when to fit its adapter),
+/// as [`index_then_embed`] does.
 /// A base that fails to index is unregistered again: the call can simply be
 /// repeated.
 pub fn add_knowledge_base(
@@ -50,7 +124,7 @@ pub fn add_knowledge_base(
     folder: &Path,
     name: Option<&str>,
     opts: &IndexOptions,
-    embed: bool,
+    embed: Option<FitWhen>,
     between: impl FnOnce(&KnowledgeBase, &IndexReport) -> Result<()>,
 ) -> Result<(KnowledgeBase, Indexed)> {
     let base = kb::add(root, index_dir, folder, name)?;

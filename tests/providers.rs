@@ -725,8 +725,9 @@ fn ken_json_env(root: &Path, args: &[&str], env: &[(&str, String)]) -> Value {
 
 /// Issue 38 (a first run): every chunk is searchable by meaning as soon as
 /// the chunk vectors are done, while `ken index` still embeds the signatures
-/// (and would then fit the query adapter). Before, nothing was published
-/// until the whole pass ended (or every 30 s of it).
+/// (the query adapter is fitted after it returns, in the background).
+/// Before, nothing was published until the whole pass ended (or every 30 s
+/// of it).
 #[test]
 fn chunk_vectors_are_searchable_before_the_signatures_are_embedded() {
     let release = Arc::new(AtomicBool::new(false));
@@ -789,4 +790,92 @@ fn chunk_vectors_are_searchable_before_the_signatures_are_embedded() {
     assert!(indexing.0.try_wait().unwrap().is_none());
     release.store(true, Ordering::SeqCst);
     assert!(indexing.0.wait().unwrap().success());
+}
+
+/// Issue 38 (a first run): a search during the chunk side of the first
+/// embedding pass already answers by meaning for the chunks embedded so far
+/// (the vectors are published a few seconds into the pass, then every 30
+/// s), and named definitions are embedded before unnamed code, even
+/// shorter code. Here the provider answers 20 chunk batches (one chunk
+/// each, 300 ms apart) and holds the rest.
+#[test]
+fn the_chunks_embedded_so_far_are_searchable_while_the_pass_goes_on() {
+    let release = Arc::new(AtomicBool::new(false));
+    let (released, chunk_requests) = (release.clone(), Arc::new(AtomicUsize::new(0)));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = order.clone();
+    let (port, _) = threaded_server(move |request, stream| {
+        // Chunk texts (not queries, not signatures) end with the function's body.
+        if request.contains("return x *") || request.contains("print(") {
+            heard.lock().unwrap().push(request.contains("print("));
+            if chunk_requests.fetch_add(1, Ordering::SeqCst) >= 20 {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+        let _ = stream.write_all(http_response("200 OK", "", &openai_body(request)).as_bytes());
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let root = &tmp.path().join("project");
+    for i in 0..30 {
+        // A file each: small definitions side by side would be packed into one chunk.
+        write(
+            root,
+            &format!("step_{i:02}.py"),
+            &format!("def step_{i:02}(x):\n    return x * {i}\n"),
+        );
+    }
+    write(root, "run.py", "print(1)\n");
+    let mut env = provider_env(port, &tmp.path().join("cache"));
+    env.push(("KEN_EMBED_BATCH", "1".to_string()));
+    env.push(("KEN_EMBED_CONCURRENCY", "1".to_string()));
+    // Killed if the test fails.
+    let mut indexing = Server(
+        Command::new(ken_bin())
+            .current_dir(root)
+            .args(["index", "-q"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        let out = ken_env(
+            root,
+            &["search", "--json", "--mode", "semantic", "-k", "50", "step"],
+            &env,
+        );
+        let last = if out.status.success() {
+            let hits: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+            if !hits.is_empty() {
+                break hits.len();
+            }
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        } else {
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        assert!(
+            indexing.0.try_wait().unwrap().is_none(),
+            "ken index ended though the provider held its chunks"
+        );
+        assert!(Instant::now() < deadline, "no semantic answer during the pass: {last}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Part of the chunks, while the rest are held.
+    assert!((1..=20).contains(&found), "{found} hits");
+    let status = ken_json_env(root, &["status", "--json"], &env);
+    assert!(status["embedding_coverage"].as_f64().unwrap() < 1.0, "{status}");
+    assert!(indexing.0.try_wait().unwrap().is_none());
+    release.store(true, Ordering::SeqCst);
+    assert!(indexing.0.wait().unwrap().success());
+    // The unnamed chunk (the shortest) came after every named definition.
+    let order = order.lock().unwrap();
+    assert_eq!(order.len(), 31, "{order:?}");
+    assert_eq!(order.iter().position(|&unnamed| unnamed), Some(30), "{order:?}");
 }

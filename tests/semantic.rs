@@ -469,6 +469,29 @@ fn index_json(root: &Path) -> Value {
     ken_json(root, &["index", "--json"])
 }
 
+/// `ken index`, then waits for the query adapter's fit it started in the
+/// background to end.
+fn index_and_fit(root: &Path) {
+    index_json(root);
+    wait_for_adapter(root);
+}
+
+/// Waits (up to two minutes) until no query adapter fit is pending or running.
+fn wait_for_adapter(root: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let state = ken_json(root, &["status", "--json"])["query_adapter_state"].clone();
+        if !matches!(state.as_str(), Some("fitting" | "pending")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the adapter's fit did not end: {state}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
     model_dir();
@@ -1177,9 +1200,21 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
     let root = tmp.path();
     let status = |root: &Path| ken_json(root, &["status", "--json"]);
 
-    // Too few documented definitions: no adapter, and status says so.
+    // Issue 38: `ken index` returns with the vectors; the fit runs after it,
+    // in a background process. `KEN_QUERY_ADAPTER=0` fits none.
     write(root, "src/few.rs", &documented_functions(5, 0));
-    index_json(root);
+    let off = [("KEN_QUERY_ADAPTER", "0".to_string())];
+    let out = ken_env(root, &["index", "--json"], &off);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let indexed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(indexed["query_adapter"], Value::Null, "{indexed}");
+    let out = ken_env(root, &["status", "--json"], &off);
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["query_adapter_state"], "off");
+    assert_eq!(said["query_adapter_pairs"], Value::Null);
+
+    // Too few documented definitions: no adapter, and status says so.
+    index_and_fit(root);
     assert_eq!(status(root)["query_adapter_pairs"], 5);
     assert!(ken_ok(root, &["status"]).contains("query adapter: none (5 documented definitions, 100 needed)"));
 
@@ -1204,8 +1239,16 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
             &documented_functions(20, 100 + 20 * part),
         );
     }
-    index_json(root);
+    let indexed = index_json(root);
+    // `ken index` returned before the fit: a process of its own fits it.
+    let said = indexed["query_adapter"].as_str().unwrap_or_default().to_string();
+    assert!(
+        said.contains("fitted in the background at low priority (pid "),
+        "{indexed}"
+    );
+    wait_for_adapter(root);
     assert_eq!(status(root)["query_adapter_pairs"], 125);
+    assert_eq!(status(root)["query_adapter_state"], "fitted");
     assert!(ken_ok(root, &["status"]).contains("query adapter: fitted on 125 documented definitions ("));
     // How it was chosen: the method, and held-out definitions ranked better than as typed.
     let how = status(root)["query_adapter_fit"]
@@ -1276,10 +1319,12 @@ fn the_query_adapter_is_fitted_on_documented_code_and_carries_queries() {
 
     // A small change keeps the fit; a branch grown by more than a quarter gets a new one.
     write(root, "src/one_more.rs", &documented_functions(1, 900));
-    index_json(root);
+    let indexed = index_json(root);
+    assert_eq!(indexed["query_adapter"], Value::Null, "nothing to fit: {indexed}");
+    assert_eq!(status(root)["query_adapter_state"], "fitted");
     assert_eq!(status(root)["query_adapter_pairs"], 125);
     write(root, "src/grown.rs", &documented_functions(60, 1000));
-    index_json(root);
+    index_and_fit(root);
     assert_eq!(status(root)["query_adapter_pairs"], 186);
 
     // The contrastive fit ranks each pair's code against every stored chunk

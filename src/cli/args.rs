@@ -75,6 +75,14 @@ pub(super) enum Command {
     Embed {
         #[arg(short, long)]
         quiet: bool,
+        /// Only fit the query adapter, here and now (`ken index` starts its
+        /// fit in the background, at low priority, once the vectors are in).
+        #[arg(long)]
+        adapter_only: bool,
+        /// With --adapter-only: embed pairs for at most this many seconds,
+        /// then fit on those embedded (default: every pair).
+        #[arg(long, value_name = "SECONDS", requires = "adapter_only")]
+        budget_secs: Option<u64>,
     },
     /// Manage the built-in embedding model.
     Model {
@@ -197,6 +205,11 @@ pub(super) struct IndexArgs {
     /// background process (`ken status` shows the coverage growing).
     #[arg(long, conflicts_with = "no_embed")]
     pub(super) background: bool,
+    /// Also fit the query adapter before returning (by default a
+    /// low-priority background process fits it once the vectors are in, and
+    /// searches run without it meanwhile): for evaluations.
+    #[arg(long, conflicts_with_all = ["no_embed", "background"])]
+    pub(super) wait_for_adapter: bool,
     /// No progress bar and no summary.
     #[arg(short, long)]
     pub(super) quiet: bool,
@@ -364,6 +377,22 @@ pub(super) enum BenchCommand {
     Impact {
         #[arg(long, default_value_t = 50)]
         iterations: usize,
+    },
+    /// A first `ken index` of a copy of SOURCE (fresh index, per-user vector
+    /// cache off): the time to the first answer, to the first hybrid answer
+    /// that used vectors, to `ken index` returning and to the query adapter
+    /// fitted, beside another ken executable's (--baseline-exe) in the same run.
+    FirstRun {
+        source: PathBuf,
+        /// An older ken build to measure the same way, first.
+        #[arg(long, value_name = "PATH")]
+        baseline_exe: Option<PathBuf>,
+        /// The query searched every 200 ms meanwhile.
+        #[arg(long, default_value = "where is a long chunk split")]
+        query: String,
+        /// How long to wait for the adapter's fit after `ken index` returned.
+        #[arg(long, default_value_t = 900)]
+        adapter_timeout_secs: u64,
     },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {

@@ -44,6 +44,17 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
             println!("{}", bench::context::change_impact(&root, &index_dir, iterations)?);
             Ok(0)
         }
+        BenchCommand::FirstRun {
+            source,
+            baseline_exe,
+            query,
+            adapter_timeout_secs,
+        } => print_json(&bench::first_run::run(&bench::first_run::FirstRunOptions {
+            source,
+            baseline: baseline_exe,
+            query,
+            adapter_timeout: std::time::Duration::from_secs(adapter_timeout_secs),
+        })?),
         BenchCommand::Index {
             root,
             queries,

@@ -18,7 +18,9 @@ use crate::source::discover::DiscoverOptions;
 use crate::store;
 
 /// `ken index`: the lexical index, then (unless `--no-embed`) the embeddings,
-/// here or in a background process.
+/// here or in a background process, then the query adapter's fit in a
+/// background process (here with `--wait-for-adapter`). Ctrl-C stops after
+/// the current batch, keeping (and publishing) everything done.
 pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
     let (root, index_dir) = at.write(args.path.as_deref(), "index", args.allow_broad_root)?;
     let opts = IndexOptions {
@@ -27,15 +29,24 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
             default_excludes: !args.no_default_excludes,
             ..DiscoverOptions::default()
         },
-        reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()),
+        reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()).with_cancel(stop_on_interrupt()),
         lock_timeout: crate::store::WRITE_LOCK_TIMEOUT,
         ..IndexOptions::default()
     };
-    let embed_here = !args.no_embed && !args.background;
+    let embed_here = (!args.no_embed && !args.background).then_some(match args.wait_for_adapter {
+        true => app::FitWhen::Now,
+        false => app::FitWhen::Background,
+    });
     let indexed = app::index_then_embed(&root, &index_dir, &opts, embed_here, |report| {
         remember_embedding_choice(&index_dir, !args.no_embed)?;
         if !args.json && !args.quiet {
             render::print_index_report(report);
+            if embed_here.is_some() && std::io::stderr().is_terminal() {
+                eprintln!(
+                    "ken: lexical search works now; semantic search covers the chunks embedded so far \
+                     (Ctrl-C stops and keeps them)"
+                );
+            }
         }
         // The lexical index is committed and searchable: the vectors can
         // follow in a process of their own.
@@ -46,16 +57,63 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
             }
         }
         Ok(())
-    })?;
+    });
+    if opts.reporter.is_cancelled() {
+        return Ok(interrupted());
+    }
+    let indexed = indexed?;
     let (report, embedding) = (indexed.report, indexed.embedding.and_then(warn_unembedded));
+    let adapter = indexed.adapter.as_ref().and_then(app::Adapter::describe);
     if args.json {
         let mut value = serde_json::to_value(wire::IndexReport::from(report))?;
         value["embedding"] = serde_json::to_value(embedding.map(wire::EmbedReport::from))?;
+        value["query_adapter"] = serde_json::to_value(&adapter)?;
         println!("{}", serde_json::to_string_pretty(&value)?);
-    } else if let (Some(e), false) = (&embedding, args.quiet) {
-        println!("  embedded:  {}", e.summary());
+    } else if !args.quiet {
+        if let Some(e) = &embedding {
+            println!("  embedded:  {}", e.summary());
+        }
+        if let Some(adapter) = &adapter {
+            println!("  query adapter: {adapter}");
+        }
     }
     Ok(0)
+}
+
+/// Says what an interrupted run kept; the exit code of an interrupt.
+fn interrupted() -> i32 {
+    eprintln!(
+        "ken: interrupted; everything indexed and embedded so far is kept and searchable, and the next \
+         `ken index` continues from it"
+    );
+    130
+}
+
+/// A flag set by the first Ctrl-C (SIGINT) or SIGTERM, for a job to stop
+/// after its current batch; a second one ends the process at once.
+fn stop_on_interrupt() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, OnceLock};
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    extern "C" fn on_signal(signal: libc::c_int) {
+        if let Some(flag) = FLAG.get() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        const SAID: &[u8] = b"\nken: stopping after the current batch; what is done is kept (Ctrl-C again quits now)\n";
+        // SAFETY: write(2) and signal(2) are async-signal-safe; the next
+        // signal of this kind gets the default action (the process ends).
+        unsafe {
+            libc::write(2, SAID.as_ptr().cast(), SAID.len());
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    let flag = FLAG.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+    // SAFETY: the handler only stores to an atomic, writes and resets itself.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    flag
 }
 
 /// `ken watch`: re-indexes what changes until interrupted.
@@ -67,6 +125,7 @@ pub(super) fn watch(at: &Place, args: &WatchArgs, verbose: u8) -> Result<i32> {
         embed: !args.no_embed,
         poll: args.poll || defaults.poll,
         json_events: args.json,
+        fit_adapter: true,
         ..defaults
     };
     if !args.json && verbose == 0 {
@@ -77,16 +136,47 @@ pub(super) fn watch(at: &Place, args: &WatchArgs, verbose: u8) -> Result<i32> {
     Ok(0)
 }
 
-/// `ken embed`: the missing embeddings of the index.
+/// `ken embed`: the missing embeddings of the index, then the query
+/// adapter's fit in a background process.
 pub(super) fn embed(at: &Place, quiet: bool) -> Result<i32> {
     let (root, index_dir) = at.read()?;
-    let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal());
+    let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal()).with_cancel(stop_on_interrupt());
     remember_embedding_choice(&index_dir, true)?;
-    let report = semantic::embed_root(&root, &index_dir, &reporter)?;
+    let report = semantic::embed_root(&root, &index_dir, &reporter);
+    if reporter.is_cancelled() {
+        return Ok(interrupted());
+    }
+    let report = report?;
+    let adapter = app::fit_adapter(&root, &index_dir, app::FitWhen::Background, &reporter);
     if !quiet {
         println!("embedded {}", report.summary());
+        if let Some(adapter) = adapter.describe() {
+            println!("query adapter: {adapter}");
+        }
     }
     Ok(0)
+}
+
+/// `ken embed --adapter-only`: the query adapter's fit, here (what `ken
+/// index` starts in the background, with a time budget).
+pub(super) fn fit_adapter(at: &Place, quiet: bool, budget_secs: Option<u64>) -> Result<i32> {
+    let (root, index_dir) = at.read()?;
+    let reporter = Reporter::terminal(!quiet && std::io::stderr().is_terminal()).with_cancel(stop_on_interrupt());
+    let started = std::time::Instant::now();
+    let outcome = crate::index::fit::fit_root(&root, &index_dir, &reporter, budget_secs.map(Duration::from_secs))?;
+    if !quiet {
+        println!(
+            "query adapter: {} ({:.1} s, {})",
+            outcome.describe(),
+            started.elapsed().as_secs_f64(),
+            crate::store::now_rfc3339()
+        );
+    }
+    Ok(if outcome == crate::index::fit::FitOutcome::Stopped {
+        130
+    } else {
+        0
+    })
 }
 
 /// `ken kb add|list|remove`.
@@ -110,7 +200,8 @@ fn kb_add(root: &Path, index_dir: &Path, path: &Path, name: Option<&str>, no_emb
         reporter: Reporter::terminal(std::io::stderr().is_terminal()),
         ..IndexOptions::default()
     };
-    let (_, indexed) = app::add_knowledge_base(root, index_dir, path, name, &opts, !no_embed, |base, report| {
+    let embed = (!no_embed).then_some(app::FitWhen::Background);
+    let (_, indexed) = app::add_knowledge_base(root, index_dir, path, name, &opts, embed, |base, report| {
         println!(
             "added knowledge base `{}` ({}): {} files, {} chunks",
             base.name, base.path, report.files, report.chunks
@@ -163,23 +254,8 @@ fn stop_on_signal() -> &'static std::sync::atomic::AtomicBool {
 
 /// Starts `ken embed` for `root` as a detached process that outlives this one.
 fn spawn_background_embedding(root: &Path, index_dir: &Path) -> Result<u32> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().context("cannot find the ken executable")?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(index_dir.join("embed.log"))
-        .context("cannot open the embedding log")?;
-    let mut child = std::process::Command::new(exe)
-        .arg("--root")
-        .arg(root)
-        .arg("--index-dir")
-        .arg(index_dir)
+    let mut child = crate::index::fit::background_ken(root, index_dir)?
         .args(["embed", "--quiet"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .process_group(0)
         .spawn()
         .context("cannot start the background embedding")?;
     // Return once the child holds the writer lock, so a search right after

@@ -60,7 +60,14 @@ fn run(cli: Cli) -> Result<i32> {
     match command {
         Command::Index(args) => index::index(&at, &args),
         Command::Watch(args) => index::watch(&at, &args, verbose),
-        Command::Embed { quiet } => index::embed(&at, quiet),
+        Command::Embed {
+            quiet,
+            adapter_only,
+            budget_secs,
+        } => match adapter_only {
+            true => index::fit_adapter(&at, quiet, budget_secs),
+            false => index::embed(&at, quiet),
+        },
         Command::Kb { what } => index::kb(&at, what),
         Command::Search(args) => search::search(&at, args),
         Command::Similar {

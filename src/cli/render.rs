@@ -290,6 +290,37 @@ pub(super) fn call_path(path: &CallPath, s: Style) -> String {
     out
 }
 
+/// `ken status`'s line on the query adapter.
+fn adapter_line(status: &Status) -> String {
+    use crate::index::fit::AdapterState;
+    let fitted = match status.query_adapter_pairs {
+        Some(pairs) if pairs >= crate::embed::adapter::MIN_PAIRS => Some(match &status.query_adapter_fit {
+            Some(how) => format!("fitted on {pairs} documented definitions ({how})"),
+            None => format!("fitted on {pairs} documented definitions"),
+        }),
+        Some(pairs) => Some(format!(
+            "none ({pairs} documented definitions, {} needed)",
+            crate::embed::adapter::MIN_PAIRS
+        )),
+        None => None,
+    };
+    let fitting = match status.query_adapter_fitter {
+        Some(pid) => format!("being fitted in the background (pid {pid}, low priority)"),
+        None => "being fitted in the background".to_string(),
+    };
+    match (status.query_adapter_state, fitted) {
+        (AdapterState::Off, _) => "off (KEN_QUERY_ADAPTER=0)".to_string(),
+        (AdapterState::Fitting, None) => format!("not fitted yet, {fitting}; searches run without it meanwhile"),
+        (AdapterState::Fitting, Some(old)) => format!("{old}; a new fit is {fitting}"),
+        (AdapterState::Pending, None) => "not fitted yet (the next `ken index`, `ken embed`, `ken watch` or \
+                                          `ken serve` fits it in the background); searches run without it"
+            .to_string(),
+        (AdapterState::Pending, Some(old)) => format!("{old}; the branch changed since, a new fit is pending"),
+        (_, Some(fitted)) => fitted,
+        (_, None) => "not fitted yet".to_string(),
+    }
+}
+
 /// `ken status` for people.
 pub(super) fn status(status: &Status, s: Style) -> String {
     let mut out = String::new();
@@ -326,18 +357,7 @@ pub(super) fn status(status: &Status, s: Style) -> String {
                 status.distinct_contents,
                 status.signature_vectors
             );
-            let adapter = match status.query_adapter_pairs {
-                Some(pairs) if pairs >= crate::embed::adapter::MIN_PAIRS => match &status.query_adapter_fit {
-                    Some(how) => format!("fitted on {pairs} documented definitions ({how})"),
-                    None => format!("fitted on {pairs} documented definitions"),
-                },
-                Some(pairs) => format!(
-                    "none ({pairs} documented definitions, {} needed)",
-                    crate::embed::adapter::MIN_PAIRS
-                ),
-                None => "not fitted yet".to_string(),
-            };
-            let _ = writeln!(out, "  query adapter: {adapter}");
+            let _ = writeln!(out, "  query adapter: {}", adapter_line(status));
         }
         None => {
             let _ = writeln!(out, "  embeddings:   none (lexical search only)");

@@ -10,6 +10,7 @@
 //! recorded with their size and mtime, so later runs count them as skipped
 //! without reading them again while those stay the same.
 
+pub mod fit;
 pub mod freshness;
 pub mod health;
 pub mod progress;

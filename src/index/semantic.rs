@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::embed::adapter;
 use crate::embed::text::{cache_model, embedding_text, signature_model, signature_texts};
 use crate::embed::{configured_embedder, Embedder, InputKind};
 use crate::index::progress::Reporter;
@@ -96,21 +95,9 @@ impl EmbedderLock {
 
     /// The lock, if no other process holds it.
     pub fn try_take(index_dir: &std::path::Path) -> Option<EmbedderLock> {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let file = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(Self::path(index_dir))
-            .ok()?;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return None;
-        }
-        let _ = file.set_len(0);
-        let _ = (&file).write_all(format!("{}\n", std::process::id()).as_bytes());
-        Some(EmbedderLock { _file: file })
+        Some(EmbedderLock {
+            _file: take_process_lock(&Self::path(index_dir))?,
+        })
     }
 
     /// The lock, waiting up to `timeout` for the process that holds it.
@@ -137,6 +124,26 @@ impl EmbedderLock {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// An exclusive OS lock on the file at `path`, if no other process holds
+/// it, with this process's id written in it (for messages and `ken status`).
+pub(super) fn take_process_lock(path: &std::path::Path) -> Option<std::fs::File> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return None;
+    }
+    let _ = file.set_len(0);
+    let _ = (&file).write_all(format!("{}\n", std::process::id()).as_bytes());
+    Some(file)
 }
 
 /// Remembers why an embedding pass failed (a provider that did not answer),
@@ -210,8 +217,9 @@ fn embed_pass(
     };
     let chunk_side = pass.run("embedding", &chunks, true)?;
     if chunk_side.finished && chunk_side.embedded > 0 {
-        // Every chunk searchable now: the signatures and the adapter fit that
-        // follow only sharpen the ranking, and take a third of a first run.
+        // Every chunk searchable now: the signatures that follow only
+        // sharpen the ranking (the query adapter is fitted apart, see
+        // [`crate::index::fit`]).
         let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
         publish(pass.store, embedder)?;
     }
@@ -236,15 +244,6 @@ fn embed_pass(
     } else {
         PassCount::default()
     };
-    // The adapter last: search is complete without it, and it needs the chunk model's vectors.
-    let adapter_finished = if chunk_side.finished && signature_side.finished {
-        fit_query_adapter(&pass, branch, &model, contents).unwrap_or_else(|e| {
-            tracing::warn!("query adapter not fitted: {e:#}");
-            true
-        })
-    } else {
-        false
-    };
     let _writer = store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
     let in_index = publish(store, embedder)?;
     if chunk_side.finished && signature_side.finished {
@@ -264,75 +263,15 @@ fn embed_pass(
         signatures_embedded: signature_side.embedded,
         seconds: started.elapsed().as_secs_f64(),
     };
-    Ok((
-        report,
-        chunk_side.finished && signature_side.finished && adapter_finished,
-    ))
-}
-
-/// Fits the query adapter of `model` ([`crate::embed::adapter`]) unless the last
-/// fit still stands for the branch's `contents`; `false` when paused or
-/// cancelled before the end (nothing is saved).
-fn fit_query_adapter(pass: &EmbedPass, branch: &str, model: &str, contents: u64) -> Result<bool> {
-    let store = &*pass.store;
-    let method = adapter::Method::from_env()?;
-    if adapter::is_current(store, model, method, contents)? {
-        return Ok(true);
-    }
-    let mut pairs = adapter::training_pairs(store, branch, method, embedding_text)?;
-    if pairs.len() < adapter::MIN_PAIRS {
-        let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
-        adapter::save(store, model, method, contents, pairs.len(), None)?;
-        return Ok(true);
-    }
-    let started = Instant::now();
-    let mut progress = pass
-        .reporter
-        .phase("fitting the query adapter", "pairs", pairs.len() as u64);
-    let (mut questions, mut targets) = (Vec::new(), Vec::new());
-    for batch in pairs.chunks(pass.embedder.preferred_batch().max(1)) {
-        if pass.reporter.is_cancelled() || (pass.pause)() {
-            return Ok(false);
-        }
-        let asked: Vec<&str> = batch.iter().map(|(_, question, _)| question.as_str()).collect();
-        questions.extend(pass.embedder.embed(&asked, InputKind::Query)?);
-        // Code vectors go through the shared cache: a clone fits again cheaply.
-        let code: Vec<(i64, Vec<String>)> = batch.iter().map(|(_, _, code)| (0, vec![code.clone()])).collect();
-        targets.extend(embed_batch(pass.embedder, model, pass.shared, &code)?.0);
-        progress.inc(batch.len() as u64);
-    }
-    let embedded = started.elapsed();
-    // A pair the embedder gave a degenerate vector for is left out.
-    let kept = |i: &usize| !questions[*i].is_empty() && !targets[*i].is_empty();
-    if (0..pairs.len()).any(|i| !kept(&i)) {
-        let keep: Vec<usize> = (0..pairs.len()).filter(kept).collect();
-        let pick = |of: &[Vec<f32>]| -> Vec<Vec<f32>> { keep.iter().map(|&i| of[i].clone()).collect() };
-        (questions, targets) = (pick(&questions), pick(&targets));
-        pairs = keep.iter().map(|&i| pairs[i].clone()).collect();
-    }
-    let hashes: Vec<i64> = pairs.iter().map(|(hash, _, _)| *hash).collect();
-    let negatives = adapter::negatives(store, branch, model, &hashes, adapter::NEGATIVES)?;
-    let mut fit = adapter::fit(&questions, &targets, &negatives, method);
-    let leads = adapter::lead_words(pairs.iter().map(|(_, question, _)| question.as_str()));
-    fit.adapter = fit.adapter.map(|a| a.led_by(leads));
-    let _writer = pass.store.lock_for_write(WRITE_LOCK_TIMEOUT)?;
-    adapter::save(store, model, method, contents, pairs.len(), Some(&fit))?;
-    tracing::info!(
-        "query adapter fitted on {} pairs against {} stored chunks ({}) in {:.2} s ({:.2} s embedding them)",
-        pairs.len(),
-        negatives.vectors.len(),
-        fit.summary,
-        started.elapsed().as_secs_f64(),
-        embedded.as_secs_f64()
-    );
-    Ok(true)
+    Ok((report, chunk_side.finished && signature_side.finished))
 }
 
 /// What to embed for `model`: for each distinct content of the branch that
 /// has no vector of `model` yet (of a named chunk, with `named_only`), the
 /// texts `text_of(context, symbol, kind, text)` gives (none: skipped), whose
-/// vectors are stored end to end in one row; shortest first (less padding
-/// per batch).
+/// vectors are stored end to end in one row. Named definitions first (what
+/// searches answer with, so a search during a first run finds them by
+/// meaning early), each group shortest first (less padding per batch).
 fn missing(
     store: &Store,
     branch: &str,
@@ -346,12 +285,12 @@ fn missing(
     store.for_each_content_without_vectors(branch, model, named_only, |c| {
         let texts = text_of(c.context.as_deref(), c.symbol.as_deref(), &c.kind, &c.text);
         if !texts.is_empty() {
-            todo.push((c.hash, texts));
+            todo.push((c.symbol.is_none(), c.hash, texts));
         }
         Ok(())
     })?;
-    todo.sort_by_key(|(_, texts)| texts.iter().map(String::len).max());
-    Ok(todo)
+    todo.sort_by_key(|(unnamed, _, texts)| (*unnamed, texts.iter().map(String::len).max()));
+    Ok(todo.into_iter().map(|(_, hash, texts)| (hash, texts)).collect())
 }
 
 /// One embedding pass over texts keyed by content hash, for one model id.
@@ -374,8 +313,8 @@ struct PassCount {
 
 impl EmbedPass<'_> {
     /// Embeds `todo` batch by batch, each committed as it finishes; with
-    /// `publish_now_and_then`, the vector file is brought up to date every
-    /// [`PUBLISH_EVERY`] so searches meanwhile use what is done.
+    /// `publish_now_and_then`, the vector file is brought up to date as the
+    /// [`PublishSchedule`] says, so searches meanwhile use what is done.
     fn run(
         &mut self,
         phase: &'static str,
@@ -387,7 +326,7 @@ impl EmbedPass<'_> {
             finished: true,
             ..PassCount::default()
         };
-        let mut last_publish = Instant::now();
+        let mut schedule = PublishSchedule::new();
         for batch in todo.chunks(self.embedder.preferred_batch().max(1)) {
             if self.reporter.is_cancelled() || (self.pause)() {
                 count.finished = false;
@@ -409,9 +348,10 @@ impl EmbedPass<'_> {
             self.store.insert_vectors(self.model, &rows)?;
             count.embedded += (batch.len() as u64 - cached).saturating_sub(rejected);
             progress.inc(batch.len() as u64);
-            if publish_now_and_then && last_publish.elapsed() >= PUBLISH_EVERY {
+            if publish_now_and_then && schedule.due() {
+                let started = Instant::now();
                 publish(self.store, self.embedder)?;
-                last_publish = Instant::now();
+                schedule.published(started.elapsed());
             }
             drop(_writer);
         }
@@ -424,7 +364,7 @@ impl EmbedPass<'_> {
 /// cache). Returns the vectors in batch order (empty for an item the
 /// embedder gave a degenerate vector for) and how many items came whole
 /// from the cache.
-fn embed_batch(
+pub(super) fn embed_batch(
     embedder: &dyn Embedder,
     model: &str,
     shared: Option<&SharedCache>,
@@ -467,8 +407,37 @@ fn embed_batch(
     Ok((out, cached))
 }
 
-/// How often a long embedding pass makes its vectors searchable.
-const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// When a long embedding pass makes its vectors searchable: first after
+/// [`FIRST_PUBLISH`] (a first run answers by meaning within seconds, for
+/// what is embedded by then), then every [`PUBLISH_EVERY`], or less often
+/// when a publish costs more than a twentieth of that (the vector file is
+/// read and written whole: large indexes).
+struct PublishSchedule {
+    last: Instant,
+    interval: Duration,
+}
+
+const FIRST_PUBLISH: Duration = Duration::from_secs(5);
+const PUBLISH_EVERY: Duration = Duration::from_secs(30);
+
+impl PublishSchedule {
+    fn new() -> PublishSchedule {
+        PublishSchedule {
+            last: Instant::now(),
+            interval: FIRST_PUBLISH,
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.last.elapsed() >= self.interval
+    }
+
+    /// A publish that took `cost` just ended.
+    fn published(&mut self, cost: Duration) {
+        self.last = Instant::now();
+        self.interval = PUBLISH_EVERY.max(cost * 20);
+    }
+}
 
 /// Brings the vector index file up to date and records the embedder, making
 /// the stored vectors searchable. Returns the number of vectors in the file.

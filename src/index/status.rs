@@ -41,6 +41,11 @@ pub struct Status {
     /// How the query adapter was chosen: its method and how it ranked
     /// held-out documented definitions against the query as typed.
     pub query_adapter_fit: Option<String>,
+    /// Where the query adapter stands: fitted, being fitted in the
+    /// background (searches run without it meanwhile), pending, ...
+    pub query_adapter_state: crate::index::fit::AdapterState,
+    /// The process fitting the query adapter now, if any.
+    pub query_adapter_fitter: Option<u32>,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
     pub freshness: crate::index::freshness::Freshness,
 }
@@ -65,6 +70,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
         .meta(MetaKey::LastIndexReport)?
         .and_then(|json| serde_json::from_str(&json).ok());
     let freshness = crate::index::freshness::Freshness::read(&store, root, true)?;
+    let query_adapter_state = crate::index::fit::state(&store, &branch)?;
     Ok(Status {
         freshness,
         root: root.display().to_string(),
@@ -93,5 +99,7 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
             .as_deref()
             .and_then(|model| crate::embed::adapter::fitted_pairs(&store, model)),
         query_adapter_fit: crate::embed::adapter::summary(&store),
+        query_adapter_state,
+        query_adapter_fitter: crate::index::fit::FitLock::holder(index_dir),
     })
 }

@@ -56,6 +56,10 @@ pub struct WatchOptions {
     /// How long after the start embedding may begin: a server that a client
     /// starts only to check it (and closes within a second) loads no model.
     pub embed_after: Duration,
+    /// After an embedding pass that finished, start the query adapter's fit
+    /// in a background process when it is pending ([`crate::index::fit`]);
+    /// only the ken executable can (it starts itself again).
+    pub fit_adapter: bool,
 }
 
 impl Default for WatchOptions {
@@ -74,6 +78,7 @@ impl Default for WatchOptions {
             poll_interval: Duration::from_secs(2),
             json_events: false,
             embed_after: Duration::ZERO,
+            fit_adapter: false,
         }
     }
 }
@@ -83,6 +88,7 @@ impl WatchOptions {
     pub fn for_server() -> WatchOptions {
         WatchOptions {
             embed_after: SERVER_EMBED_AFTER,
+            fit_adapter: true,
             ..WatchOptions::default()
         }
     }
@@ -678,6 +684,15 @@ impl Watcher<'_> {
             self.embed_pending = false;
             // Done: another process may embed what comes next.
             self.embedder_lock = None;
+            if self.opts.fit_adapter {
+                match crate::index::fit::start_in_background(self.root, self.index_dir) {
+                    Ok(Some(pid)) => self.event(json!({"event": "fitting_adapter", "pid": pid}), || {
+                        format!("fitting the query adapter in the background (pid {pid})")
+                    }),
+                    Ok(None) => {}
+                    Err(e) => self.warn(&format!("query adapter not fitted: {e:#}")),
+                }
+            }
         }
         if report.embedded > 0 || finished {
             self.event(

@@ -157,6 +157,11 @@ impl KenServer {
                             r.reused,
                             r.seconds
                         );
+                        // The query adapter in a process of its own, at low priority.
+                        let fit = app::fit_adapter(&root, &dir, app::FitWhen::Background, &reporter);
+                        if let Some(said) = fit.describe() {
+                            tracing::info!("query adapter of {name}: {said}");
+                        }
                     }
                     Err(e) => tracing::warn!("embedding {name}: {e:#}"),
                 }
@@ -274,8 +279,9 @@ impl KenServer {
             ..IndexOptions::default()
         };
         let mut knowledge_bases = Vec::new();
-        let app::Indexed { report, embedding } =
-            app::index_then_embed(&self.root, &self.index_dir, &opts, wait, |_| {
+        let embed = wait.then_some(app::FitWhen::Background);
+        let app::Indexed { report, embedding, .. } =
+            app::index_then_embed(&self.root, &self.index_dir, &opts, embed, |_| {
                 self.pool.clear();
                 for base in self.knowledge_bases() {
                     reporter.check_cancelled("indexing")?;
@@ -371,7 +377,7 @@ impl KenServer {
             folder,
             args.name.as_deref(),
             &opts,
-            false,
+            None,
             |_, _| Ok(()),
         )?;
         Ok(KnowledgeBaseAdded {

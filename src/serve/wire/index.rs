@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use rmcp::schemars;
 use serde::{Serialize, Serializer};
 
-use crate::index::{freshness, health, semantic, status};
+use crate::index::{fit, freshness, health, semantic, status};
 use crate::search::kb;
 use crate::source::discover;
 
@@ -329,8 +329,46 @@ pub struct Status {
     /// How the query adapter was chosen: its method and how it ranked
     /// held-out documented definitions against the query as typed.
     pub query_adapter_fit: Option<String>,
+    /// Where the query adapter stands: fitted, being fitted in the
+    /// background (searches run without it meanwhile), pending, ...
+    pub query_adapter_state: AdapterState,
+    /// The process fitting the query adapter now, if any.
+    pub query_adapter_fitter: Option<u32>,
     /// What the index reflects (branch, commit, indexed-at, pending changes, watcher).
     pub freshness: Freshness,
+}
+
+/// Where the query adapter of an index stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AdapterState {
+    /// `KEN_QUERY_ADAPTER=0`: searches use none, and none is fitted.
+    Off,
+    /// No vectors yet: it is fitted after them.
+    NoEmbeddings,
+    /// Not fitted for the branch as it is (never, or the branch changed by
+    /// more than a quarter since), and no process is fitting it: the next
+    /// embedding pass that finishes starts its fit.
+    Pending,
+    /// A process is fitting it now (in the background, at low priority).
+    Fitting,
+    /// Fitted, and searches use it.
+    Fitted,
+    /// The branch has too few documented definitions for one.
+    TooFewPairs,
+}
+
+impl From<fit::AdapterState> for AdapterState {
+    fn from(state: fit::AdapterState) -> AdapterState {
+        match state {
+            fit::AdapterState::Off => AdapterState::Off,
+            fit::AdapterState::NoEmbeddings => AdapterState::NoEmbeddings,
+            fit::AdapterState::Pending => AdapterState::Pending,
+            fit::AdapterState::Fitting => AdapterState::Fitting,
+            fit::AdapterState::Fitted => AdapterState::Fitted,
+            fit::AdapterState::TooFewPairs => AdapterState::TooFewPairs,
+        }
+    }
 }
 
 impl From<status::Status> for Status {
@@ -356,6 +394,8 @@ impl From<status::Status> for Status {
             signature_vectors: s.signature_vectors,
             query_adapter_pairs: s.query_adapter_pairs,
             query_adapter_fit: s.query_adapter_fit,
+            query_adapter_state: s.query_adapter_state.into(),
+            query_adapter_fitter: s.query_adapter_fitter,
             freshness: s.freshness.into(),
         }
     }
