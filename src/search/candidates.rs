@@ -558,7 +558,7 @@ impl Searcher {
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
                     CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
-                    c.content_hash
+                    c.content_hash, c.doc
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
@@ -595,6 +595,10 @@ impl Searcher {
                         copies: Vec::new(),
                         chunk_id: id,
                         content_hash: r.get(10)?,
+                        doc: crate::source::chunk::parse_doc_lines(
+                            r.get::<_, Option<String>>(11)?.as_deref(),
+                            r.get(1)?,
+                        ),
                     },
                     vector: r.get(8)?,
                     signature: r.get(9)?,

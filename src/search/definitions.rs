@@ -157,18 +157,26 @@ impl Searcher {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Whether the code of the row's chunk says the row's name (comments
+    /// Whether the code of the row's chunk says the row's name (doc comments
     /// aside): the part of a split definition that holds its signature.
     /// Unreadable text counts as not saying it.
     fn declares(&self, row: &SymbolRow) -> bool {
-        let text: Option<String> = self
+        let text: Option<(String, Option<String>)> = self
             .store
             .conn
-            .prepare_cached("SELECT text FROM contents WHERE hash = (SELECT content_hash FROM chunks WHERE id = ?1)")
-            .and_then(|mut stmt| stmt.query_row([row.chunk_id], |r| r.get(0)).optional())
+            .prepare_cached(
+                "SELECT t.text, c.doc FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row([row.chunk_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
             .ok()
             .flatten();
-        text.is_some_and(|text| contains_whole(&code_words(&text).join(" "), &row.member.0))
+        text.is_some_and(|(text, doc)| {
+            let doc = crate::source::chunk::parse_doc_lines(doc.as_deref(), 1);
+            contains_whole(&code_words(&text, 1, &doc).join(" "), &row.member.0)
+        })
     }
 }
 
