@@ -31,7 +31,7 @@ bin="$target_dir/release/ken"
 cp "$bin" "$work/ken-under-test"
 results=()
 for mode in ${modes//,/ }; do
-  index_cmd="$work/ken-under-test index . -q"
+  index_cmd="$work/ken-under-test index . -q --wait-for-adapter"
   [ "$mode" = lexical ] && index_cmd="$work/ken-under-test index . -q --no-embed"
   for set in ${sets//,/ }; do
     python3 "$eval_dir/run.py" --set "$set" --work "$work" --name "ken-$mode" \
