@@ -638,7 +638,7 @@ fn vectors_of_another_budget_or_chunk_text_are_never_mixed() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(models, ["all-MiniLM-L6-v2/256/sig3", "all-MiniLM-L6-v2/256/text3"]);
+    assert_eq!(models, ["all-MiniLM-L6-v2/256/sig4", "all-MiniLM-L6-v2/256/text3"]);
     let vector_files: Vec<String> = std::fs::read_dir(root.join(".ken"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -1000,7 +1000,7 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
     let db = rusqlite::Connection::open(root.join(".ken/index.db")).unwrap();
     let stored: i64 = db
         .query_row(
-            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig3'",
+            "SELECT count(*) FROM embeddings WHERE model = 'all-MiniLM-L6-v2/256/sig4'",
             [],
             |r| r.get(0),
         )
@@ -1073,7 +1073,7 @@ fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
     let (symbol, bytes): (String, i64) = db
         .query_row(
             "SELECT c.symbol, length(e.vector) FROM chunks c
-             JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = 'all-MiniLM-L6-v2/256/sig3'
+             JOIN embeddings e ON e.content_hash = c.content_hash AND e.model = 'all-MiniLM-L6-v2/256/sig4'
              WHERE c.symbol LIKE '%, %'",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -1164,7 +1164,7 @@ fn vectors_an_interrupted_switch_left_are_dropped_by_the_next_complete_pass() {
     assert_eq!(again["embedding"]["embedded"], 0, "{again}");
     assert_eq!(count_of("all-MiniLM-L6-v2/128/text3"), 0);
     assert!(count_of("all-MiniLM-L6-v2/256/text3") > 0);
-    assert!(count_of("all-MiniLM-L6-v2/256/sig3") > 0);
+    assert!(count_of("all-MiniLM-L6-v2/256/sig4") > 0);
 }
 
 /// `count` Rust functions documented in varied words, from `first` on.

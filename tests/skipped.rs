@@ -309,6 +309,7 @@ fn downgrade_to_v4(root: &Path) {
     conn.execute_batch(
         "DROP TABLE skipped_files;
          DROP INDEX refs_import_modules;
+         ALTER TABLE chunks DROP COLUMN doc;
          UPDATE meta SET value = '4' WHERE key = 'schema_version';
          INSERT OR REPLACE INTO meta (key, value) VALUES ('test_marker', 'kept');",
     )

@@ -8,3 +8,9 @@
 (enum_specifier name: (type_identifier) @name body: (_)) @definition.enum
 (type_definition declarator: (type_identifier) @name) @definition.type
 (preproc_function_def name: (identifier) @name) @definition.macro
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

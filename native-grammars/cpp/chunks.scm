@@ -88,3 +88,9 @@
 (namespace_definition name: (_) @name body: (_)) @definition.namespace
 
 (preproc_function_def name: (identifier) @name) @definition.macro
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

@@ -33,3 +33,9 @@
 
 ; Top-level statements (C# 9 programs) may declare local functions.
 (compilation_unit (global_statement (local_function_statement name: (identifier) @name) @definition.function))
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

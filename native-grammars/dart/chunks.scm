@@ -42,3 +42,9 @@
       (redirecting_factory_constructor_signature name: _ @name . parameters: (_))
     ])
   ]) @definition.method
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(comment) (documentation_comment)] @doc

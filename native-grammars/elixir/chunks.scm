@@ -4,8 +4,8 @@
 ; the call target. The name of a def is the identifier in its head, which
 ; takes one of three shapes: `def name`, `def name(args)`,
 ; `def name(args) when guard`.
-; Module attributes (`@doc`, `@spec`) are ordinary nodes, not comments, so
-; they are not attached to the def that follows; `#` comments are.
+; A `@doc` attribute right above a def is its doc (see the end), and joins
+; its chunk; other attributes (`@spec`) are ordinary nodes, not attached.
 
 (call
   target: (identifier) @_kw
@@ -61,3 +61,21 @@
   (arguments . (string (quoted_content) @name))
   (do_block)
   (#eq? @_kw "test")) @definition.function
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc
+
+; `@doc "..."` and `@typedoc` are the doc of the definition right below;
+; `@moduledoc`, the first statement of a module's body, of the module.
+(unary_operator
+  operator: "@"
+  operand: (call target: (identifier) @_attr)
+  (#any-of? @_attr "doc" "typedoc")) @doc
+(call
+  target: (identifier) @_kw
+  (do_block . (unary_operator operator: "@" operand: (call target: (identifier) @_attr)) @doc)
+  (#eq? @_kw "defmodule")
+  (#eq? @_attr "moduledoc")) @definition.module

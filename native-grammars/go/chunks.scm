@@ -6,3 +6,9 @@
 (type_declaration (type_spec name: (type_identifier) @name type: (interface_type))) @definition.interface
 (type_declaration (type_spec name: (type_identifier) @name)) @definition.type
 (type_declaration (type_alias name: (type_identifier) @name)) @definition.type
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

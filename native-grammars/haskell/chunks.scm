@@ -41,3 +41,9 @@
     (prefix_list) @name
     (prefix_tuple) @name
   ])) @definition.impl
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(comment) (haddock)] @doc

@@ -22,3 +22,9 @@
 
 ; Class fields holding functions (`handle = () => {}`) are methods.
 (field_definition property: (_) @name value: [(arrow_function) (function_expression)]) @definition.method
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

@@ -1,6 +1,6 @@
 ; Chunk definitions for Julia (tags.scm capture convention).
-; Docstrings are separate string_literal nodes before a definition, so they
-; are not attached to it (only `#` comments are).
+; Docstrings are separate string_literal nodes before a definition: `@doc`
+; captures them (see the end), and the chunker attaches them as comments.
 
 (module_definition name: (_) @name) @definition.module
 
@@ -55,3 +55,12 @@
 (macrocall_expression
   (macro_identifier (identifier) @_m (#eq? @_m "enum"))
   (macro_argument_list . [(identifier) @name (typed_expression . (identifier) @name)])) @definition.enum
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(line_comment) (block_comment)] @doc
+; A docstring is a string right above the definition, at the top level or in a module.
+(source_file (string_literal) @doc)
+(module_definition (string_literal) @doc)

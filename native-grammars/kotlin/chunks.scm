@@ -24,3 +24,9 @@
   [(getter (function_body (block))) (setter (function_body (block)))]) @definition.function
 
 (type_alias type: (identifier) @name) @definition.type
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(line_comment) (block_comment)] @doc

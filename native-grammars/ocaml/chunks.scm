@@ -29,3 +29,9 @@
 (class_definition . (class_binding (class_name) @name)) @definition.class
 (class_type_definition . (class_type_binding (class_type_name) @name)) @definition.interface
 (method_definition (method_name) @name) @definition.method
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

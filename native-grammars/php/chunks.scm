@@ -17,3 +17,9 @@
 (program (expression_statement (assignment_expression
   left: (variable_name (name) @name)
   right: [(anonymous_function) (arrow_function)])) @definition.function)
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

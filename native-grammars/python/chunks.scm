@@ -10,3 +10,18 @@
 (class_definition name: (identifier) @name) @definition.class
 
 (function_definition name: (identifier) @name) @definition.function
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc
+
+; A docstring: the first statement of the body, a string. Captured with its
+; definition (these patterns come last: the named ones above give the kind).
+(function_definition body: (block . (expression_statement (string) @doc))) @definition.function
+(class_definition body: (block . (expression_statement (string) @doc))) @definition.class
+(decorated_definition
+  definition: (function_definition body: (block . (expression_statement (string) @doc)))) @definition.function
+(decorated_definition
+  definition: (class_definition body: (block . (expression_statement (string) @doc)))) @definition.class

@@ -56,3 +56,9 @@
   function: (identifier) @_f
   (#any-of? @_f "test_that" "describe")
   arguments: (arguments . (argument value: (string (string_content) @name)))) @definition.function
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

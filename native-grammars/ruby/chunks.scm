@@ -34,3 +34,9 @@
   arguments: (argument_list . (string (string_content) @name))
   block: (do_block)
   (#any-of? @_example "it" "specify" "scenario" "example" "test")) @definition.function
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

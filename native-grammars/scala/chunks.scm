@@ -26,3 +26,9 @@
 
 ; Named givens (`given intOrd: Ordering[Int] with ...`) are instances.
 (given_definition name: (_) @name) @definition.object
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(comment) (block_comment)] @doc

@@ -26,3 +26,9 @@
 (statement (create_sequence (object_reference) @name)) @definition.constant
 
 (statement (create_schema (identifier) @name)) @definition.namespace
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+(comment) @doc

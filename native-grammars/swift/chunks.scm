@@ -28,3 +28,9 @@
   computed_value: (computed_property)) @definition.function
 
 (typealias_declaration name: (type_identifier) @name) @definition.type
+
+; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
+; (definition)`: a comment is the doc of the definition it lies directly
+; above (no blank line between; attributes and decorators may come between).
+; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
+[(comment) (multiline_comment)] @doc

@@ -493,10 +493,13 @@ fn start_line(store: &Store, symbol: &Symbol) -> Result<u32> {
 
 fn symbol_info(symbol: &Symbol, files: &mut Files) -> Result<SymbolInfo> {
     let start = start_line(files.store, symbol)?;
+    let doc_lines = files
+        .store
+        .definition_doc_lines(symbol.file_id, &symbol.name, symbol.line)?;
     let (signature, doc) = match files.lines(symbol.file_id, &symbol.path)? {
         Some(lines) => (
             signature(lines, symbol.line as usize, symbol.end_line as usize),
-            doc(lines, start as usize, symbol.line as usize),
+            doc_lines.and_then(|range| doc(lines, range)),
         ),
         None => (String::new(), None),
     };
@@ -537,61 +540,17 @@ fn signature(lines: &[String], line: usize, end: usize) -> String {
         .join("\n")
 }
 
-fn is_comment(t: &str) -> bool {
-    ["///", "//!", "//", "#", "/**", "/*", "*", "--"]
-        .iter()
-        .any(|p| t.starts_with(p))
-        && !t.starts_with("#[")
-        && !t.starts_with("#!")
-}
-
-/// Its doc: a Python docstring after the signature, or the comment lines
-/// just above (past attributes and decorators); 12 lines at most.
-fn doc(lines: &[String], start: usize, line: usize) -> Option<String> {
-    docstring(lines, line).or_else(|| comments_above(lines, start, line))
+/// Its doc, as the chunker found it (`@doc` captures): the comment lines
+/// right above it or its docstring, trimmed; [`MAX_DOC_LINES`] at most.
+fn doc(lines: &[String], (first, last): (u32, u32)) -> Option<String> {
+    let first = (first as usize).max(1);
+    let last = (last as usize).min(lines.len()).min(first + MAX_DOC_LINES - 1);
+    let doc: Vec<&str> = lines.get(first - 1..last)?.iter().map(|l| l.trim()).collect();
+    (!doc.is_empty()).then(|| doc.join("\n"))
 }
 
 /// Doc lines kept at most.
 const MAX_DOC_LINES: usize = 12;
-
-/// The comment lines just above the name's line, past attributes and decorators.
-fn comments_above(lines: &[String], start: usize, line: usize) -> Option<String> {
-    let mut above = Vec::new();
-    let mut at = line.saturating_sub(1); // 1-based line above the name
-    while at >= 1 {
-        let t = lines.get(at - 1)?.trim();
-        let attribute = t.starts_with("#[") || t.starts_with('@');
-        if is_comment(t) {
-            above.push(t.to_string());
-        } else if !(attribute || (at >= start && at < line)) {
-            break;
-        }
-        at -= 1;
-    }
-    above.reverse();
-    let keep = above.len().saturating_sub(MAX_DOC_LINES);
-    (!above.is_empty()).then(|| above[keep..].join("\n"))
-}
-
-/// A Python docstring: the first statement after the signature.
-fn docstring(lines: &[String], line: usize) -> Option<String> {
-    let mut i = line; // 0-based index of the line after the name line
-    while i < lines.len() && i < line + 5 && !lines[i - 1].trim_end().ends_with(':') {
-        i += 1;
-    }
-    let first = lines.get(i)?.trim();
-    let quote = ["\"\"\"", "'''"].into_iter().find(|q| first.starts_with(q))?;
-    let mut doc = vec![first.to_string()];
-    if !(first.len() > 3 && first[3..].contains(quote)) {
-        for l in lines.iter().skip(i + 1).take(MAX_DOC_LINES) {
-            doc.push(l.trim().to_string());
-            if l.contains(quote) {
-                break;
-            }
-        }
-    }
-    Some(doc.join("\n"))
-}
 
 /// The whole body (decorators and attributes included), which comes first.
 fn body_candidate(symbol: &Symbol, info: &SymbolInfo, files: &mut Files) -> Result<Option<Candidate>> {
@@ -746,16 +705,16 @@ mod tests {
     }
 
     #[test]
-    fn a_docstring_wins_over_comments_and_attributes_are_passed_over() {
+    fn a_doc_is_its_lines_trimmed_and_a_signature_runs_to_the_body() {
         let py =
             lines("# a comment\n@decorator\ndef f(a,\n      b):\n    \"\"\"Does f.\n\n    More.\"\"\"\n    return a\n");
-        assert_eq!(doc(&py, 2, 3).unwrap(), "\"\"\"Does f.\n\nMore.\"\"\"");
+        assert_eq!(doc(&py, (5, 7)).unwrap(), "\"\"\"Does f.\n\nMore.\"\"\"");
         assert_eq!(signature(&py, 3, 8), "def f(a,\n      b):");
         let rs = lines("/// Parses.\n/// Twice.\n#[inline]\npub fn parse(\n    x: u8,\n) -> u8 {\n    x\n}\n");
-        assert_eq!(doc(&rs, 4, 4).unwrap(), "/// Parses.\n/// Twice.");
+        assert_eq!(doc(&rs, (1, 2)).unwrap(), "/// Parses.\n/// Twice.");
         assert_eq!(signature(&rs, 4, 8), "pub fn parse(\n    x: u8,\n) -> u8 {");
-        let none = lines("\nfn g() {}\n");
-        assert_eq!(doc(&none, 2, 2), None);
+        let long = lines(&"// x\n".repeat(20));
+        assert_eq!(doc(&long, (1, 20)).unwrap().lines().count(), MAX_DOC_LINES);
     }
 
     #[test]

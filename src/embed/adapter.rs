@@ -432,74 +432,48 @@ fn solve_columns(l: &[f64], b: &[f64], n: usize) -> Vec<f64> {
 
 /// A definition's doc comment reduced to its first sentence, and the
 /// definition's text without the comment: `None` when it has no doc of at
-/// least three words. Comments above the definition (`///`, `//`, `/** */`,
-/// `#`, `--`) and Python docstrings count.
-pub fn question_and_code(text: &str) -> Option<(String, String)> {
+/// least three words. `doc` holds the doc lines of the chunk's definitions
+/// (lines of `text`, 1-based, as `source::chunk::parse_doc_lines` reads
+/// them); the first one's is taken.
+pub fn question_and_code(text: &str, doc: &[Option<(u32, u32)>]) -> Option<(String, String)> {
+    let (first, last) = doc.iter().flatten().next().copied()?;
     let lines: Vec<&str> = text.lines().collect();
-    let (doc, code) = leading_comment(&lines).or_else(|| docstring(&lines))?;
-    let question = first_sentence(&doc)?;
+    let in_doc = |n: usize| (first as usize..=last as usize).contains(&n);
+    let comment: Vec<String> = (first as usize..=last as usize)
+        .filter_map(|n| lines.get(n - 1))
+        .map(|l| without_markers(l).to_string())
+        .collect();
+    let code: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !in_doc(i + 1))
+        .map(|(_, l)| *l)
+        .collect();
+    let question = first_sentence(&comment)?;
+    let code = code.join("\n");
     (!code.trim().is_empty()).then_some((question, code))
 }
 
-/// The comment lines above the code (markers removed) and the code after them.
-fn leading_comment(lines: &[&str]) -> Option<(Vec<String>, String)> {
-    let mut doc = Vec::new();
-    let mut in_block = false;
-    let mut end = 0;
-    for (i, line) in lines.iter().enumerate() {
-        let t = line.trim();
-        let body = if in_block {
-            in_block = !t.contains("*/");
-            Some(t.trim_start_matches('*'))
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            in_block = !rest.contains("*/");
-            Some(rest.trim_start_matches(['*', '!']))
-        } else if let Some(rest) = t.strip_prefix("//") {
-            Some(rest.trim_start_matches(['/', '!']))
-        } else if t == "#" || t.starts_with("# ") || t == "--" || t.starts_with("-- ") || t.starts_with("--|") {
-            Some(t.trim_start_matches(['#', '-', '|']))
-        } else if t.is_empty() && doc.is_empty() {
-            continue;
-        } else {
-            None
-        };
-        match body {
-            Some(body) => doc.push(body.trim_end_matches("*/").trim().to_string()),
-            None => {
-                end = i;
-                break;
-            }
+/// A doc comment's line without the marks that make it one: `///`, `/**`,
+/// ` * `, `*/`, `#`, `--|`, a docstring's quotes (`r"""`), an `@doc`.
+fn without_markers(line: &str) -> &str {
+    let mut t = line.trim();
+    for attribute in ["@moduledoc", "@typedoc", "@doc"] {
+        if let Some(rest) = t.strip_prefix(attribute) {
+            t = rest.trim_start();
         }
     }
-    (!doc.is_empty() && end > 0).then(|| (doc, lines[end..].join("\n")))
-}
-
-/// A Python docstring (the first statement of a `def` or `class` body) and
-/// the definition without it.
-fn docstring(lines: &[&str]) -> Option<(Vec<String>, String)> {
-    let header = lines.iter().position(|l| {
-        let t = l.trim_start();
-        t.starts_with("def ") || t.starts_with("async def ") || t.starts_with("class ")
-    })?;
-    // The header may span lines (long parameter lists); it ends with `:`.
-    let body = header + lines[header..].iter().position(|l| l.trim_end().ends_with(':'))? + 1;
-    let first = body + lines[body..].iter().position(|l| !l.trim().is_empty())?;
-    let opening = lines[first].trim_start().trim_start_matches(['r', 'R', 'u', 'U']);
-    let quote = ["\"\"\"", "'''"].into_iter().find(|q| opening.starts_with(q))?;
-    let mut doc = Vec::new();
-    let mut rest = &opening[3..];
-    let mut last = first;
-    loop {
-        if let Some(close) = rest.find(quote) {
-            doc.push(rest[..close].trim().to_string());
+    for open in ["(**", "(*", "{-", "r\"", "R\"", "u\"", "r'", "R'", "u'"] {
+        if let Some(rest) = t.strip_prefix(open) {
+            t = rest;
             break;
         }
-        doc.push(rest.trim().to_string());
-        last += 1;
-        rest = lines.get(last)?;
     }
-    let code: Vec<&str> = lines[..first].iter().chain(&lines[last + 1..]).copied().collect();
-    Some((doc, code.join("\n")))
+    t = t.trim_start_matches(['/', '*', '!', '#', '-', '|', ';', '"', '\'']);
+    for close in ["*/", "*)", "-}"] {
+        t = t.strip_suffix(close).unwrap_or(t);
+    }
+    t.trim_end_matches(['"', '\'']).trim()
 }
 
 /// The first word of `text` as the adapter compares it: lowercase, letters,
@@ -575,7 +549,8 @@ pub fn training_pairs(
     let mut pairs = Vec::new();
     store.for_each_documented_chunk(branch, |chunk| {
         let (context, symbol) = (chunk.context, chunk.symbol);
-        if let Some((question, code)) = question_and_code(&chunk.text) {
+        let doc = crate::source::chunk::parse_doc_lines(chunk.doc.as_deref(), 1);
+        if let Some((question, code)) = question_and_code(&chunk.text, &doc) {
             // Only the chosen fit was measured without the name (ridge
             // keeps the sentence it was measured with).
             let question = match symbol.as_deref() {
@@ -733,14 +708,22 @@ pub fn fingerprint(store: &Store) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn question(text: &str) -> Option<String> {
-        question_and_code(text).map(|(q, _)| q)
+    /// The question and code of the first chunk of `text` in `language`.
+    fn question_and_code_in(language: &str, text: &str) -> Option<(String, String)> {
+        let language = crate::source::lang::by_name(language).unwrap();
+        let chunks = crate::source::chunk::chunk_source(Some(language), text, &Default::default()).unwrap();
+        let doc = crate::source::chunk::parse_doc_lines(chunks[0].doc_label().as_deref(), 1);
+        question_and_code(&chunks[0].text, &doc)
+    }
+
+    fn question(language: &str, text: &str) -> Option<String> {
+        question_and_code_in(language, text).map(|(q, _)| q)
     }
 
     #[test]
     fn doc_comments_of_each_style_become_a_question_and_code_without_them() {
         let rust = "/// Look for a flag by its short name.\n/// More detail.\n#[inline]\nfn find_short(c: u8) -> Option<Flag> {\n    None\n}";
-        let (q, code) = question_and_code(rust).unwrap();
+        let (q, code) = question_and_code_in("rust", rust).unwrap();
         assert_eq!(q, "Look for a flag by its short name.");
         assert!(
             code.starts_with("#[inline]\nfn find_short") && !code.contains("///"),
@@ -749,31 +732,55 @@ mod tests {
 
         let java = "/**\n * Get the current TagSet for this Parser. Which is the default.\n *\n * @return the tag set\n */\npublic TagSet tagSet() {\n    return tagSet;\n}";
         assert_eq!(
-            question(java).as_deref(),
+            question("java", java).as_deref(),
             Some("Get the current TagSet for this Parser.")
         );
-        assert!(question_and_code(java).unwrap().1.starts_with("public TagSet"));
+        assert!(question_and_code_in("java", java)
+            .unwrap()
+            .1
+            .starts_with("public TagSet"));
 
         let c = "/* Convert argument vector to a string. */\nchar *\ncmd_stringify_argv(int argc, char **argv)\n{\n}";
-        assert_eq!(question(c).as_deref(), Some("Convert argument vector to a string."));
+        assert_eq!(
+            question("c", c).as_deref(),
+            Some("Convert argument vector to a string.")
+        );
         let go = "// Bind parses the request body\n// as JSON.\nfunc (c *Ctx) Bind() error {\n\treturn nil\n}";
-        assert_eq!(question(go).as_deref(), Some("Bind parses the request body as JSON."));
+        assert_eq!(
+            question("go", go).as_deref(),
+            Some("Bind parses the request body as JSON.")
+        );
 
         let python = "@decorator\ndef parse_config(\n    path,\n):\n    \"\"\"Read the configuration file\n    at path.\n\n    Returns a dict.\n    \"\"\"\n    return {}\n";
-        let (q, code) = question_and_code(python).unwrap();
+        let (q, code) = question_and_code_in("python", python).unwrap();
         assert_eq!(q, "Read the configuration file at path.");
         assert_eq!(code, "@decorator\ndef parse_config(\n    path,\n):\n    return {}");
         let one_line = "def f(x):\n    r'''Square the given number.'''\n    return x * x";
-        assert_eq!(question(one_line).as_deref(), Some("Square the given number."));
+        assert_eq!(
+            question("python", one_line).as_deref(),
+            Some("Square the given number.")
+        );
+        let ruby = "# Renders the page as HTML.\ndef render\n  html\nend\n";
+        assert_eq!(question("ruby", ruby).as_deref(), Some("Renders the page as HTML."));
+        let elixir = "@doc \"\"\"\nParses the given string.\n\"\"\"\ndef parse(s), do: s\n";
+        assert_eq!(question("elixir", elixir).as_deref(), Some("Parses the given string."));
     }
 
     #[test]
     fn definitions_without_a_doc_of_three_words_give_no_pair() {
-        assert_eq!(question("fn main() {\n    run();\n}"), None);
-        assert_eq!(question("/// Runs.\nfn run() {}"), None);
-        assert_eq!(question("// only a comment\n"), None, "a comment with no code after it");
-        assert_eq!(question("#include <stdio.h>\nint main(void) {}"), None);
-        assert_eq!(question("def f():\n    return \"\"\"not a docstring\"\"\""), None);
+        assert_eq!(question("rust", "fn main() {\n    run();\n}"), None);
+        assert_eq!(question("rust", "/// Runs.\nfn run() {}"), None);
+        assert_eq!(question("rust", "// only a comment, with no code after it\n"), None);
+        assert_eq!(question("c", "#include <stdio.h>\nint main(void) {}"), None);
+        assert_eq!(
+            question("python", "def f():\n    return \"\"\"not a docstring\"\"\""),
+            None
+        );
+        assert_eq!(
+            question("go", "// A licence header of many words.\n\nfunc f() {}"),
+            None,
+            "a blank line away"
+        );
     }
 
     /// Unit vectors of `dims` dimensions from a fixed generator.

@@ -51,14 +51,21 @@ pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
 /// The texts of a chunk's signature vector, one per name it defines (up to
 /// [`MAX_SIGNATURE_NAMES`]): the name as lowercase words, the innermost
 /// enclosing signature (the class of a method), then the line declaring it
-/// (the first line of code that names it; comments and attributes skipped). A
+/// (the first line that names it outside the doc comments, `doc`: lines of
+/// `text`, 1-based, as `source::chunk::parse_doc_lines` reads them). A
 /// question describing a function ("Reports whether b holds an ASCII
 /// uppercase byte") is often nearer its name and signature (`has upper`,
 /// `func hasUpper(b []byte) bool {`) than the whole chunk, whose vector the
 /// body dilutes; and in a chunk packing several small definitions, nearer
 /// the one it describes than all of them together. Empty for chunks without
 /// a name and for prose. Changing this bumps [`SIGNATURE_TEXT_VERSION`].
-pub fn signature_texts(context: Option<&str>, symbol: Option<&str>, kind: &str, text: &str) -> Vec<String> {
+pub fn signature_texts(
+    context: Option<&str>,
+    symbol: Option<&str>,
+    kind: &str,
+    text: &str,
+    doc: &[Option<(u32, u32)>],
+) -> Vec<String> {
     if matches!(kind, "text" | "section") {
         return Vec::new();
     }
@@ -68,8 +75,9 @@ pub fn signature_texts(context: Option<&str>, symbol: Option<&str>, kind: &str, 
     let container = context.and_then(|c| c.lines().last()).map(str::trim);
     let code = || {
         text.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !is_comment_or_attribute(l))
+            .zip(1..)
+            .filter(|&(l, n)| !l.trim().is_empty() && !crate::source::chunk::in_doc(doc, n))
+            .map(|(l, _)| l.trim())
     };
     symbol
         .split(", ")
@@ -99,25 +107,15 @@ const MAX_SIGNATURE_NAMES: usize = 4;
 /// Characters of a declaration line in a signature text.
 const MAX_SIGNATURE_LINE_CHARS: usize = 200;
 
-/// A trimmed line that is a comment, a doc comment or a Rust attribute or C
-/// preprocessor line other than a macro definition. (A Java annotation line
-/// can declare the method too: `@Override public int size() {`.)
-fn is_comment_or_attribute(line: &str) -> bool {
-    let macro_definition = line.starts_with("#define");
-    !macro_definition
-        && ["//", "/*", "*", "#", "--", "\"\"\"", "'''", ";"]
-            .iter()
-            .any(|p| line.starts_with(p))
-}
-
 /// At most `max` characters of `s`, cut on a character boundary.
 fn prefix_chars(s: &str, max: usize) -> &str {
     s.char_indices().nth(max).map_or(s, |(end, _)| &s[..end])
 }
 
 /// The version of [`signature_texts`]' recipe. 2: with the enclosing
-/// signature; 3: one signature per name of a packed chunk.
-pub const SIGNATURE_TEXT_VERSION: u32 = 3;
+/// signature; 3: one signature per name of a packed chunk; 4: lines skipped
+/// by the chunker's doc comments, not by their look.
+pub const SIGNATURE_TEXT_VERSION: u32 = 4;
 
 /// The id signature vectors are stored under, beside the chunk vectors of
 /// embedder `id` (same model, so a query vector compares with both).
@@ -179,23 +177,32 @@ mod tests {
 
     #[test]
     fn a_signature_is_the_names_as_words_and_the_lines_declaring_them() {
-        // (context, symbol, kind, text, signature text)
-        type Case<'a> = (Option<&'a str>, Option<&'a str>, &'a str, &'a str, &'a [&'a str]);
+        // (context, symbol, kind, text, its doc lines, signature text)
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+            &'a str,
+            Option<(u32, u32)>,
+            &'a [&'a str],
+        );
         let cases: &[Case] = &[
-            // Doc comments naming the function are skipped.
+            // Doc comments naming the function are skipped (as the chunker found them).
             (
                 None,
                 Some("hasUpper"),
                 "function",
                 "// hasUpper reports whether b holds an upper-case byte.\nfunc hasUpper(b []byte) bool {\n\treturn false\n}",
+                Some((1, 1)),
                 &["has upper\nfunc hasUpper(b []byte) bool {"],
             ),
-            // So are attributes; a Java annotation line that declares the method is kept.
+            // Attributes name nothing; a Java annotation line that declares the method is kept.
             (
                 None,
                 Some("find_short"),
                 "function",
                 "/// Finds the flag.\n#[inline]\npub fn find_short(&self, c: u8) -> Option<&Flag> {\n    None\n}",
+                Some((1, 1)),
                 &["find short\npub fn find_short(&self, c: u8) -> Option<&Flag> {"],
             ),
             (
@@ -203,6 +210,7 @@ mod tests {
                 Some("size"),
                 "method",
                 "@Override public int size() {\n    return n;\n}",
+                None,
                 &["size\n@Override public int size() {"],
             ),
             // A packed chunk: one signature per name, each with its own line.
@@ -211,19 +219,21 @@ mod tests {
                 Some("get_x, set_x"),
                 "method",
                 "fn get_x(&self) -> i32 { self.x }\nfn set_x(&mut self, x: i32) { self.x = x }",
+                None,
                 &["get x\nimpl Point {\nfn get_x(&self) -> i32 { self.x }", "set x\nimpl Point {\nfn set_x(&mut self, x: i32) { self.x = x }"],
             ),
             // C macros are declarations, not preprocessor noise.
-            (None, Some("MAX_LEN"), "macro", "#define MAX_LEN 64", &["max len\n#define MAX_LEN 64"]),
+            (None, Some("MAX_LEN"), "macro", "#define MAX_LEN 64", None, &["max len\n#define MAX_LEN 64"]),
             // No name, or prose: no signature vector.
-            (None, None, "module", "x = 1", &[]),
-            (None, Some("Install"), "section", "## Install\nrun it", &[]),
+            (None, None, "module", "x = 1", None, &[]),
+            (None, Some("Install"), "section", "## Install\nrun it", None, &[]),
             // A name no code line spells takes the first line of code.
             (
                 None,
                 Some("anonymous"),
                 "function",
                 "// c\n(x) => x + 1",
+                Some((1, 1)),
                 &["anonymous\n(x) => x + 1"],
             ),
             // A method: the innermost enclosing signature after the names.
@@ -232,15 +242,16 @@ mod tests {
                 Some("isTracked"),
                 "method",
                 "public boolean isTracked() {\n    return tracked;\n}",
+                None,
                 &["is tracked\npublic static class AttributeRange {\npublic boolean isTracked() {"],
             ),
         ];
-        for &(context, symbol, kind, text, expected) in cases {
-            assert_eq!(signature_texts(context, symbol, kind, text), expected, "{text}");
+        for &(context, symbol, kind, text, doc, expected) in cases {
+            assert_eq!(signature_texts(context, symbol, kind, text, &[doc]), expected, "{text}");
         }
         // Long declaration lines are cut on a character boundary.
         let long = format!("fn f({}) {{}}", "é".repeat(300));
-        let texts = signature_texts(None, Some("f"), "function", &long);
+        let texts = signature_texts(None, Some("f"), "function", &long, &[]);
         assert_eq!(
             texts[0].lines().nth(1).unwrap().chars().count(),
             MAX_SIGNATURE_LINE_CHARS
@@ -249,7 +260,7 @@ mod tests {
         let names = "a, b, c, d, e, f";
         let code = "fn a() {}\nfn b() {}\nfn c() {}\nfn d() {}\nfn e() {}\nfn f() {}";
         assert_eq!(
-            signature_texts(None, Some(names), "function", code).len(),
+            signature_texts(None, Some(names), "function", code, &[]).len(),
             MAX_SIGNATURE_NAMES
         );
     }
@@ -258,11 +269,11 @@ mod tests {
     fn signature_vectors_have_their_own_id_beside_the_chunk_vectors() {
         assert_eq!(
             signature_model("all-MiniLM-L6-v2/256/text3"),
-            "all-MiniLM-L6-v2/256/sig3"
+            "all-MiniLM-L6-v2/256/sig4"
         );
         assert_eq!(
             signature_model("openai:text-embedding-3-small@256/text3"),
-            "openai:text-embedding-3-small@256/sig3"
+            "openai:text-embedding-3-small@256/sig4"
         );
     }
 

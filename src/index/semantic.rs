@@ -203,7 +203,7 @@ fn embed_pass(
     {
         store.set_meta(MetaKey::VectorsPrunedFor, "")?;
     }
-    let chunks = missing(store, branch, &model, false, |context, symbol, _, text| {
+    let chunks = missing(store, branch, &model, false, |context, symbol, _, text, _| {
         vec![embedding_text(context, symbol, text)]
     })?;
     let shared = SharedCache::open(&crate::embed::model::cache_root().join("vectors.db"));
@@ -277,13 +277,14 @@ fn missing(
     branch: &str,
     model: &str,
     named_only: bool,
-    text_of: impl Fn(Option<&str>, Option<&str>, &str, &str) -> Vec<String>,
+    text_of: impl Fn(Option<&str>, Option<&str>, &str, &str, &[Option<(u32, u32)>]) -> Vec<String>,
 ) -> Result<Vec<(i64, Vec<String>)>> {
     // Unnamed chunks never get a signature: not reading their text keeps a
     // run with nothing to do cheap.
     let mut todo = Vec::new();
     store.for_each_content_without_vectors(branch, model, named_only, |c| {
-        let texts = text_of(c.context.as_deref(), c.symbol.as_deref(), &c.kind, &c.text);
+        let doc = crate::source::chunk::parse_doc_lines(c.doc.as_deref(), 1);
+        let texts = text_of(c.context.as_deref(), c.symbol.as_deref(), &c.kind, &c.text, &doc);
         if !texts.is_empty() {
             todo.push((c.symbol.is_none(), c.hash, texts));
         }

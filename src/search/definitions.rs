@@ -139,12 +139,15 @@ impl Searcher {
             .collect())
     }
 
-    /// Whether the code of the row's chunk says the row's name (comments
+    /// Whether the code of the row's chunk says the row's name (doc comments
     /// aside): the part of a split definition that holds its signature.
     /// Unreadable text counts as not saying it.
     fn declares(&self, row: &SymbolRow) -> bool {
-        let text = self.store.chunk_text(row.chunk_id).ok().flatten();
-        text.is_some_and(|text| contains_whole(&code_words(&text).join(" "), &row.member.0))
+        let text = self.store.chunk_text_and_doc(row.chunk_id).ok().flatten();
+        text.is_some_and(|(text, doc)| {
+            let doc = crate::source::chunk::parse_doc_lines(doc.as_deref(), 1);
+            contains_whole(&code_words(&text, 1, &doc).join(" "), &row.member.0)
+        })
     }
 }
 

@@ -36,6 +36,9 @@ pub struct SearchHit {
     pub chunk_id: i64,
     /// The hash of the chunk's text (0: unknown).
     pub content_hash: i64,
+    /// The doc comment lines (file lines) of each definition of the chunk
+    /// (`source::chunk::parse_doc_lines`).
+    pub doc: Vec<Option<(u32, u32)>>,
 }
 
 /// Lines of a file, 1-based and inclusive.
@@ -137,29 +140,17 @@ pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
     lines[best.0..best.0 + max_lines].join("\n")
 }
 
-/// The words of a chunk's code lines. Comments and doctest examples
-/// (`>>> r = requests.get(url)` in a docstring) show how an API is used;
-/// quoting it, a question is after the code itself.
-pub(super) fn code_words(content: &str) -> Vec<&str> {
+/// The words of a chunk's lines outside its doc comments (`doc`, lines
+/// numbered from `first_line` for the first line of `content`). A doc and
+/// its examples (`>>> r = requests.get(url)` in a docstring) show how an API
+/// is used; quoting it, a question is after the code itself.
+pub(super) fn code_words<'c>(content: &'c str, first_line: u32, doc: &[Option<(u32, u32)>]) -> Vec<&'c str> {
     content
         .lines()
-        .map(str::trim_start)
-        .filter(|l| !is_commentary(l))
-        .flat_map(str::split_whitespace)
+        .zip(first_line..)
+        .filter(|&(_, n)| !crate::source::chunk::in_doc(doc, n))
+        .flat_map(|(l, _)| l.split_whitespace())
         .collect()
-}
-
-/// A (trimmed) line that is a comment or a doctest example. Unlike the
-/// signature texts' filter, attributes and preprocessor lines (`#[cfg(test)]`,
-/// `#ifdef HAVE_UTF8PROC`) are code here: a question may quote them.
-fn is_commentary(line: &str) -> bool {
-    let hash_comment =
-        line.starts_with('#') && !line[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '[' || c == '!');
-    hash_comment
-        || ["//", "/*", "*/", "* ", "-- ", ">>>", "... ", "\"\"\"", "'''"]
-            .iter()
-            .any(|p| line.starts_with(p))
-        || line == "*"
 }
 
 /// Whether `text` holds `fragment` not as part of a longer name: the quoted
@@ -182,14 +173,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quoted_code_is_looked_for_in_code_lines_only() {
-        let chunk = "\"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n\"\"\"\n# requests.get in a comment\n// requests.get\n * requests.get\n#[cfg(test)]\n#ifdef HAVE_UTF8PROC\nreturn session.request(url)\n";
-        let words = code_words(chunk).join(" ");
-        assert!(!words.contains("requests.get"), "{words}");
+    fn quoted_code_is_looked_for_outside_doc_comments() {
+        let chunk = "# requests.get above\ndef fetch(url):\n    \"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n    \"\"\"\n    return session.request(url)\n";
+        let python = crate::source::lang::by_name("python").unwrap();
+        let chunks = crate::source::chunk::chunk_source(Some(python), chunk, &Default::default()).unwrap();
+        let doc = crate::source::chunk::parse_doc_lines(chunks[0].doc_label().as_deref(), 10);
+        let words = code_words(chunk, 10, &doc).join(" ");
         assert!(!words.contains("r.ok"), "{words}");
-        assert!(words.contains("#[cfg(test)]"), "{words}");
-        assert!(words.contains("#ifdef HAVE_UTF8PROC"), "{words}");
         assert!(words.contains("session.request(url)"), "{words}");
+        assert!(words.contains("def fetch(url):"), "{words}");
+        // The docstring, not the comment above, is the doc of a Python def.
+        assert!(words.contains("requests.get above"), "{words}");
+        assert!(!words.contains("requests.get(url)"), "{words}");
+        // Without doc lines, every line is code.
+        assert!(code_words(chunk, 1, &[]).join(" ").contains("r.ok"));
     }
 
     #[test]

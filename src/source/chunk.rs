@@ -9,7 +9,7 @@
 //! Anything longer than the limits is split at syntax boundaries with a few
 //! lines of overlap. Files without a grammar are cut into line windows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
@@ -18,8 +18,9 @@ use crate::source::extract::FileGraph;
 use crate::source::extract::{DefSpan, SymbolRow};
 use crate::source::lang::Language;
 
-/// Bumped when the chunking algorithm changes what it produces.
-const CHUNKER_VERSION: u32 = 4;
+/// Bumped when the chunking algorithm changes what it produces. 5: doc
+/// comments (`@doc`) recorded on each symbol.
+const CHUNKER_VERSION: u32 = 5;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -93,6 +94,11 @@ pub struct ChunkSymbol {
     /// 1-based inclusive, within the chunk's lines.
     pub start_line: u32,
     pub end_line: u32,
+    /// Its doc comment's lines (1-based inclusive, file lines, within the
+    /// chunk's): the `@doc` captures of `chunks.scm` that end right above
+    /// the definition (no blank line between; attributes may come between),
+    /// else the one its pattern captured inside it (a Python docstring).
+    pub doc: Option<(u32, u32)>,
 }
 
 impl Chunk {
@@ -101,6 +107,44 @@ impl Chunk {
         let names: Vec<&str> = self.symbols.iter().map(|s| s.name.as_str()).collect();
         (!names.is_empty()).then(|| names.join(", "))
     }
+
+    /// The doc comments of its symbols as stored ([`parse_doc_lines`] reads
+    /// it back): one entry per symbol of [`Self::symbol_label`], in order,
+    /// `a-b` (lines of the chunk, 1-based inclusive) or empty, joined by
+    /// `,`; `None` when no symbol has one.
+    pub fn doc_label(&self) -> Option<String> {
+        self.symbols.iter().any(|s| s.doc.is_some()).then(|| {
+            let relative = |(a, b): (u32, u32)| format!("{}-{}", a + 1 - self.start_line, b + 1 - self.start_line);
+            let entries: Vec<String> = self
+                .symbols
+                .iter()
+                .map(|s| s.doc.map(relative).unwrap_or_default())
+                .collect();
+            entries.join(",")
+        })
+    }
+}
+
+/// The doc comment lines of each symbol of a chunk, from [`Chunk::doc_label`],
+/// shifted to start at `first_line` (1 for lines of the chunk's text, the
+/// chunk's start line for file lines). Malformed entries read as none.
+pub fn parse_doc_lines(label: Option<&str>, first_line: u32) -> Vec<Option<(u32, u32)>> {
+    let Some(label) = label else {
+        return Vec::new();
+    };
+    label
+        .split(',')
+        .map(|entry| {
+            let (a, b) = entry.split_once('-')?;
+            let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+            (a >= 1 && a <= b).then(|| (a + first_line - 1, b + first_line - 1))
+        })
+        .collect()
+}
+
+/// Whether 1-based `line` lies in one of `docs` ([`parse_doc_lines`]).
+pub fn in_doc(docs: &[Option<(u32, u32)>], line: u32) -> bool {
+    docs.iter().flatten().any(|&(a, b)| (a..=b).contains(&line))
 }
 
 /// Kinds of definitions that tiny ones are packed with.
@@ -209,6 +253,8 @@ struct Def<'t> {
     pattern: usize,
     start_row: usize,
     end_row: usize,
+    /// Rows of its doc comment (see [`ChunkSymbol::doc`]).
+    doc: Option<(usize, usize)>,
     children: Vec<Def<'t>>,
 }
 
@@ -307,11 +353,17 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     let mut matches = cursor.matches(query, root, source.as_bytes());
     // Keyed by node span so that two patterns matching one node yield one definition.
     let mut found: BTreeMap<(usize, std::cmp::Reverse<usize>), Def<'t>> = BTreeMap::new();
+    // `@doc` captured beside a definition (a docstring), by the definition's
+    // span; else alone (a comment), attached to what it lies right above.
+    let mut inner_docs: HashMap<(usize, std::cmp::Reverse<usize>), (usize, usize)> = HashMap::new();
+    let mut doc_nodes: HashSet<usize> = HashSet::new();
     while let Some(m) = matches.next() {
         let mut def_node = None;
         let mut kind = None;
         let mut name = None;
         let mut name_row = None;
+        let mut docs: Option<(usize, usize)> = None;
+        let mut doc_ids = Vec::new();
         for cap in m.captures() {
             let cap_name = names[cap.index as usize];
             if let Some(k) = cap_name.strip_prefix("definition.") {
@@ -320,11 +372,22 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             } else if cap_name == "name" && name.is_none() {
                 name = cap.node.utf8_text(source.as_bytes()).ok().map(clean_name);
                 name_row = Some(cap.node.start_position().row);
+            } else if cap_name == "doc" {
+                doc_ids.push(cap.node.id());
+                docs = Some(widen(docs, cap.node.start_position().row, end_row(&cap.node)));
             }
         }
+        // A doc captured with its definition (a docstring) belongs to it
+        // alone, not also to a member it may lie right above.
         let (Some(node), Some(kind)) = (def_node, kind) else {
+            doc_nodes.extend(doc_ids);
             continue;
         };
+        let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
+        if let Some((a, b)) = docs {
+            let merged = widen(inner_docs.get(&key).copied(), a, b);
+            inner_docs.insert(key, merged);
+        }
         let def = Def {
             node,
             kind: kind.to_string(),
@@ -333,9 +396,9 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             pattern: m.pattern_index,
             start_row: node.start_position().row,
             end_row: definition_end_row(&node),
+            doc: None,
             children: Vec::new(),
         };
-        let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
         match found.get(&key) {
             Some(existing) if existing.pattern <= def.pattern => {}
             _ => {
@@ -345,18 +408,33 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     }
     let mut defs: Vec<Def<'t>> = found.into_values().collect();
     let nodes: Vec<Node> = defs.iter().map(|d| d.node).collect();
-    let starts = leading_trivia_starts(root, &nodes);
+    let starts = leading_trivia_starts(root, &nodes, &doc_nodes);
     for def in &mut defs {
         // A node the walk did not reach (inside an error recovery) asks its siblings.
-        def.start_row = match starts.get(&def.node.id()) {
-            Some(&row) => row,
+        let (start, above) = match starts.get(&def.node.id()) {
+            Some(&found) => found,
             None => trivia_start(
                 def.node,
                 std::iter::successors(def.node.prev_sibling(), Node::prev_sibling),
+                &doc_nodes,
             ),
         };
+        def.start_row = start;
+        let key = (def.node.start_byte(), std::cmp::Reverse(def.node.end_byte()));
+        let own_row = def.name_row.unwrap_or(def.node.start_position().row);
+        // A comment on the definition's own line is no doc of it.
+        def.doc = inner_docs
+            .get(&key)
+            .copied()
+            .or(above)
+            .filter(|&(a, b)| !(a..=b).contains(&own_row));
     }
     Ok(nest(defs))
+}
+
+/// `range` (rows) widened to take in rows `a..=b`.
+fn widen(range: Option<(usize, usize)>, a: usize, b: usize) -> (usize, usize) {
+    range.map_or((a, b), |(s, e)| (s.min(a), e.max(b)))
 }
 
 /// Names are shown on one line; heading texts and the like may span several.
@@ -375,8 +453,8 @@ fn clean_name(raw: &str) -> String {
 /// sorted by (start, end descending). One walk down the definitions' ancestors:
 /// `Node::prev_sibling` re-descends from the root on every call, which made a
 /// class or impl with hundreds of members quadratic.
-fn leading_trivia_starts(root: Node, nodes: &[Node]) -> HashMap<usize, usize> {
-    fn visit(parent: Node, nodes: &[Node], out: &mut HashMap<usize, usize>) {
+fn leading_trivia_starts(root: Node, nodes: &[Node], docs: &HashSet<usize>) -> HashMap<usize, TriviaStart> {
+    fn visit(parent: Node, nodes: &[Node], docs: &HashSet<usize>, out: &mut HashMap<usize, TriviaStart>) {
         let mut cursor = parent.walk();
         let children: Vec<Node> = parent.children(&mut cursor).collect();
         let mut rest = nodes;
@@ -390,13 +468,16 @@ fn leading_trivia_starts(root: Node, nodes: &[Node]) -> HashMap<usize, usize> {
             let mut deeper = Vec::new();
             for node in here {
                 if node.id() == child.id() {
-                    out.insert(node.id(), trivia_start(*child, children[..i].iter().rev().copied()));
+                    out.insert(
+                        node.id(),
+                        trivia_start(*child, children[..i].iter().rev().copied(), docs),
+                    );
                 } else {
                     deeper.push(*node);
                 }
             }
             if !deeper.is_empty() {
-                visit(*child, &deeper, out);
+                visit(*child, &deeper, docs, out);
             }
             if rest.is_empty() {
                 break;
@@ -406,23 +487,38 @@ fn leading_trivia_starts(root: Node, nodes: &[Node]) -> HashMap<usize, usize> {
     let mut out = HashMap::new();
     let (top, below): (Vec<Node>, Vec<Node>) = nodes.iter().partition(|n| n.id() == root.id());
     for node in top {
-        out.insert(node.id(), node.start_position().row);
+        out.insert(node.id(), (node.start_position().row, None));
     }
-    visit(root, &below, &mut out);
+    visit(root, &below, docs, &mut out);
     out
 }
 
-/// `node`'s start row extended over the trivia that ends right above it among
-/// `before`, its preceding siblings, nearest first.
-fn trivia_start<'t>(node: Node<'t>, before: impl Iterator<Item = Node<'t>>) -> usize {
+/// A definition's start row with the trivia above it, and the rows of the
+/// `@doc` nodes among that trivia.
+type TriviaStart = (usize, Option<(usize, usize)>);
+
+/// `node`'s start row extended over the trivia (and `@doc` nodes, `docs`)
+/// that ends right above it among `before`, its preceding siblings, nearest first.
+fn trivia_start<'t>(node: Node<'t>, before: impl Iterator<Item = Node<'t>>, docs: &HashSet<usize>) -> TriviaStart {
     let mut start = node.start_position().row;
+    // The doc nodes taken in, nearest first.
+    let mut doc_rows: Vec<(usize, usize)> = Vec::new();
     for prev in before {
-        if !is_leading_trivia(prev.kind()) || end_row(&prev) + 1 < start {
+        // A comment after code on its row (`int x; /* x */`) is that code's.
+        if end_row(&prev) == start && doc_rows.last().is_some_and(|d| d.0 == start) {
+            doc_rows.pop();
+        }
+        let is_doc = docs.contains(&prev.id());
+        if !(is_doc || is_leading_trivia(prev.kind())) || end_row(&prev) + 1 < start {
             break;
         }
         start = prev.start_position().row;
+        if is_doc {
+            doc_rows.push((start, end_row(&prev)));
+        }
     }
-    start
+    let doc = doc_rows.iter().fold(None, |acc, &(a, b)| Some(widen(acc, a, b)));
+    (start, doc)
 }
 
 /// Builds the containment tree from definitions sorted by (start asc, end desc).
@@ -465,6 +561,8 @@ struct Span<'a> {
     kind: &'a str,
     symbol: Option<&'a str>,
     context: &'a [String],
+    /// Rows of the symbol's doc comment.
+    doc: Option<(usize, usize)>,
 }
 
 impl<'s> ChunkSink<'s> {
@@ -523,6 +621,7 @@ impl<'s> ChunkSink<'s> {
             kind: span_kind,
             symbol,
             context,
+            doc: None,
         };
         self.emit(span, Some(node));
     }
@@ -597,6 +696,12 @@ impl<'s> ChunkSink<'s> {
                     name: name.to_string(),
                     start_line: start_row as u32 + 1,
                     end_line: end_row as u32 + 1,
+                    // The part of the doc in these rows (a split definition's first part holds it).
+                    doc: span
+                        .doc
+                        .map(|(a, b)| (a.max(start_row), b.min(end_row)))
+                        .filter(|(a, b)| a <= b)
+                        .map(|(a, b)| (a as u32 + 1, b as u32 + 1)),
                 })
                 .into_iter()
                 .collect(),
@@ -622,6 +727,7 @@ impl<'s> ChunkSink<'s> {
                         kind: "module",
                         symbol: None,
                         context: &[],
+                        doc: None,
                     };
                     self.push(s, e, &span);
                 }
@@ -731,6 +837,7 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
             kind,
             symbol,
             context,
+            doc: def.doc,
         };
         out.emit(span, Some(def.node));
         return;
@@ -751,6 +858,7 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
             kind,
             symbol,
             context,
+            doc: def.doc,
         };
         out.emit(span, Some(def.node));
     }
@@ -824,6 +932,7 @@ fn chunk_plain_text(source: &str, lines: &Lines, limits: &ChunkLimits) -> Vec<Ch
         kind: "text",
         symbol: None,
         context: &[],
+        doc: None,
     };
     out.emit(span, None);
     out.finish()

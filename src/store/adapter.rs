@@ -26,6 +26,8 @@ pub struct DocumentedChunk {
     pub symbol: Option<String>,
     pub text: String,
     pub hash: i64,
+    /// The doc comment lines of its definition (`Chunk::doc_label`).
+    pub doc: Option<String>,
 }
 
 impl Store {
@@ -76,10 +78,10 @@ impl Store {
         mut each: impl FnMut(DocumentedChunk) -> Result<bool>,
     ) -> Result<()> {
         let mut stmt = self.conn.prepare(
-            "SELECT min(c.context), min(c.symbol), t.text, t.hash FROM chunks c
+            "SELECT min(c.context), min(c.symbol), t.text, t.hash, min(c.doc) FROM chunks c
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              JOIN contents t ON t.hash = c.content_hash
-             WHERE c.symbol IS NOT NULL AND instr(c.symbol, ', ') = 0
+             WHERE c.symbol IS NOT NULL AND instr(c.symbol, ', ') = 0 AND c.doc IS NOT NULL
                AND c.kind NOT IN ('text', 'section', 'module', 'namespace')
              GROUP BY t.hash ORDER BY t.hash",
         )?;
@@ -90,6 +92,7 @@ impl Store {
                 symbol: row.get(1)?,
                 text: row.get(2)?,
                 hash: row.get(3)?,
+                doc: row.get(4)?,
             };
             if !each(chunk)? {
                 break;

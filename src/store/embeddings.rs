@@ -18,6 +18,8 @@ pub struct ContentToEmbed {
     pub symbol: Option<String>,
     pub kind: String,
     pub text: String,
+    /// The doc comment lines of its definitions (`Chunk::doc_label`).
+    pub doc: Option<String>,
 }
 
 impl Store {
@@ -50,7 +52,7 @@ impl Store {
         mut each: impl FnMut(ContentToEmbed) -> Result<()>,
     ) -> Result<()> {
         let mut stmt = self.conn.prepare(
-            "SELECT t.hash, min(c.context), t.text, min(c.symbol), min(c.kind) FROM chunks c
+            "SELECT t.hash, min(c.context), t.text, min(c.symbol), min(c.kind), min(c.doc) FROM chunks c
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
              JOIN contents t ON t.hash = c.content_hash
              WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = t.hash AND e.model = ?2)
@@ -65,6 +67,7 @@ impl Store {
                 text: r.get(2)?,
                 symbol: r.get(3)?,
                 kind: r.get(4)?,
+                doc: r.get(5)?,
             })?;
         }
         Ok(())

@@ -270,6 +270,31 @@ impl Store {
             .optional()?)
     }
 
+    /// The doc comment lines (file lines) the chunker found for the
+    /// definition `name` of file version `file_id` whose name is on `line`:
+    /// of the chunk holding that line, the doc of the definition of that
+    /// name, else of its only definition.
+    pub fn definition_doc_lines(&self, file_id: i64, name: &str, line: u32) -> Result<Option<(u32, u32)>> {
+        let rows: Vec<(u32, Option<String>, Option<String>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT start_line, symbol, doc FROM chunks
+                 WHERE file_id = ?1 AND start_line <= ?2 AND end_line >= ?2 AND doc IS NOT NULL",
+            )?
+            .query_map(params![file_id, line], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (start, symbol, doc) in rows {
+            let docs = crate::source::chunk::parse_doc_lines(doc.as_deref(), start);
+            let names: Vec<&str> = symbol.as_deref().map(|s| s.split(", ").collect()).unwrap_or_default();
+            let named = names.iter().position(|n| *n == name);
+            let only = (docs.len() == 1).then_some(0);
+            if let Some(found) = named.or(only).and_then(|i| docs.get(i).copied().flatten()) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
     /// The imports of a file version.
     pub fn imports_of_file(&self, file_id: i64) -> Result<Vec<Ref>> {
         let sql = format!(

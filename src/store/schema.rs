@@ -14,13 +14,14 @@ use super::meta::{set_meta, MetaKey};
 /// Bumped whenever the schema or the meaning of stored data changes. An
 /// index of an older version is upgraded in place by [`MIGRATIONS`] when a
 /// chain of steps leads from its version to this one; any other is rebuilt.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The steps that upgrade an index in place, oldest first: `(from, sql)`
 /// turns an index of version `from` into one of version `from + 1`. Only
-/// additive changes (new tables, new indexes) belong here, so that what an
+/// additive changes (new tables, indexes, columns) belong here, so that what an
 /// index holds (its vectors above all) is kept; each is idempotent (an index
-/// of an older ken may already have a table that was made on first use). A
+/// of an older ken may already have a table that was made on first use), but
+/// for a new column, which no older ken made. A
 /// change to the meaning of stored data bumps [`SCHEMA_VERSION`] without a
 /// step: older indexes are then rebuilt.
 const MIGRATIONS: &[(i64, &[&str])] = &[
@@ -28,7 +29,14 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
     (5, &[IMPORT_MODULES_INDEX]),
     // The tables made on first use before version 7.
     (6, &[COMMON_TERMS_SCHEMA, QUERY_ADAPTERS_SCHEMA]),
+    // Rows written before are NULL until their file is chunked again (the
+    // chunking fingerprint changed with the `@doc` captures).
+    (7, &[CHUNK_DOC_COLUMN]),
 ];
+
+/// Added in version 8: the doc comment lines of a chunk's definitions
+/// (`Chunk::doc_label`).
+const CHUNK_DOC_COLUMN: &str = "ALTER TABLE chunks ADD COLUMN doc TEXT;";
 
 /// Added in version 5. `mtime_ns` is 0 when the file was too recent to trust
 /// its mtime (as in `catalog`); `reason` is the skip reason's key
@@ -56,6 +64,8 @@ CREATE TABLE files (
     UNIQUE (path, content_hash)
 );
 CREATE TABLE contents (hash INTEGER PRIMARY KEY, text TEXT NOT NULL);
+-- `doc`: the lines of the doc comment of each name in `symbol`, in its order:
+-- `a-b` (lines of the chunk, 1-based) or empty, joined by `,`; NULL when none.
 CREATE TABLE chunks (
     id INTEGER PRIMARY KEY,
     file_id INTEGER NOT NULL REFERENCES files (id),
@@ -66,8 +76,8 @@ CREATE TABLE chunks (
     end_byte INTEGER NOT NULL,
     kind TEXT NOT NULL,
     symbol TEXT,
-    context TEXT
-);
+    context TEXT,
+    doc TEXT);
 CREATE INDEX chunks_by_file ON chunks (file_id);
 CREATE INDEX chunks_by_content ON chunks (content_hash);
 -- The names a chunk defines (several when tiny definitions are packed), as
@@ -266,7 +276,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fresh = schema_of(&Store::open_for_write(dir.path()).unwrap().conn);
         // Version 4 had no skipped files, nor the import rows' index (6),
-        // nor the tables made on first use (7).
+        // nor the tables made on first use (7), nor the chunks' doc lines (8).
         Store::open_for_write(dir.path())
             .unwrap()
             .conn
@@ -275,6 +285,7 @@ mod tests {
                  DROP INDEX refs_import_modules;
                  DROP TABLE common_terms;
                  DROP TABLE query_adapters;
+                 ALTER TABLE chunks DROP COLUMN doc;
                  UPDATE meta SET value = '4' WHERE key = 'schema_version';
                  INSERT INTO meta (key, value) VALUES ('marker', 'kept');",
             )
@@ -310,6 +321,7 @@ mod tests {
             .conn
             .execute_batch(
                 "INSERT INTO common_terms (term, df) VALUES ('parse', 3);
+                 ALTER TABLE chunks DROP COLUMN doc;
                  UPDATE meta SET value = '6' WHERE key = 'schema_version';",
             )
             .unwrap();
