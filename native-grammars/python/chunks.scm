@@ -17,6 +17,10 @@
 ; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
 (comment) @doc
 
+; A module's docstring: about the module, not code (captured alone, it is
+; nobody's doc unless a definition follows it directly).
+(module . (expression_statement (string) @doc))
+
 ; A docstring: the first statement of the body, a string. Captured with its
 ; definition (these patterns come last: the named ones above give the kind).
 (function_definition body: (block . (expression_statement (string) @doc))) @definition.function

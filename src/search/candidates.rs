@@ -497,7 +497,7 @@ impl Searcher {
                 copies: Vec::new(),
                 chunk_id: id,
                 content_hash: row.content_hash,
-                doc: crate::source::chunk::parse_doc_lines(row.doc.as_deref(), row.start_line),
+                comments: crate::source::chunk::parse_doc_lines(row.comments.as_deref(), row.start_line),
             },
             vector: row.vector,
             signature: row.signature,

@@ -143,7 +143,7 @@ impl Searcher {
     /// aside): the part of a split definition that holds its signature.
     /// Unreadable text counts as not saying it.
     fn declares(&self, row: &SymbolRow) -> bool {
-        let text = self.store.chunk_text_and_doc(row.chunk_id).ok().flatten();
+        let text = self.store.chunk_text_and_comments(row.chunk_id).ok().flatten();
         text.is_some_and(|(text, doc)| {
             let doc = crate::source::chunk::parse_doc_lines(doc.as_deref(), 1);
             contains_whole(&code_words(&text, 1, &doc).join(" "), &row.member.0)

@@ -36,9 +36,9 @@ pub struct SearchHit {
     pub chunk_id: i64,
     /// The hash of the chunk's text (0: unknown).
     pub content_hash: i64,
-    /// The doc comment lines (file lines) of each definition of the chunk
+    /// The lines (file lines) of its comments and docstrings
     /// (`source::chunk::parse_doc_lines`).
-    pub doc: Vec<Option<(u32, u32)>>,
+    pub comments: Vec<Option<(u32, u32)>>,
 }
 
 /// Lines of a file, 1-based and inclusive.
@@ -140,15 +140,15 @@ pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
     lines[best.0..best.0 + max_lines].join("\n")
 }
 
-/// The words of a chunk's lines outside its doc comments (`doc`, lines
-/// numbered from `first_line` for the first line of `content`). A doc and
-/// its examples (`>>> r = requests.get(url)` in a docstring) show how an API
-/// is used; quoting it, a question is after the code itself.
-pub(super) fn code_words<'c>(content: &'c str, first_line: u32, doc: &[Option<(u32, u32)>]) -> Vec<&'c str> {
+/// The words of a chunk's lines outside its comments and docstrings
+/// (`comments`, lines numbered from `first_line` for the first line of
+/// `content`). A comment and a doc's examples (`>>> r = requests.get(url)`)
+/// show how an API is used; quoting it, a question is after the code itself.
+pub(super) fn code_words<'c>(content: &'c str, first_line: u32, comments: &[Option<(u32, u32)>]) -> Vec<&'c str> {
     content
         .lines()
         .zip(first_line..)
-        .filter(|&(_, n)| !crate::source::chunk::in_doc(doc, n))
+        .filter(|&(_, n)| !crate::source::chunk::in_doc(comments, n))
         .flat_map(|(l, _)| l.split_whitespace())
         .collect()
 }
@@ -173,20 +173,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quoted_code_is_looked_for_outside_doc_comments() {
-        let chunk = "# requests.get above\ndef fetch(url):\n    \"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n    \"\"\"\n    return session.request(url)\n";
+    fn quoted_code_is_looked_for_outside_comments_and_docstrings() {
+        let chunk = "# requests.get above\ndef fetch(url):\n    \"\"\"Fetch a page.\n    >>> r = requests.get(url)\n    ... r.ok\n    \"\"\"\n    # session.close() later\n    return session.request(url)\n";
         let python = crate::source::lang::by_name("python").unwrap();
         let chunks = crate::source::chunk::chunk_source(Some(python), chunk, &Default::default()).unwrap();
-        let doc = crate::source::chunk::parse_doc_lines(chunks[0].doc_label().as_deref(), 10);
-        let words = code_words(chunk, 10, &doc).join(" ");
-        assert!(!words.contains("r.ok"), "{words}");
+        let comments = crate::source::chunk::parse_doc_lines(chunks[0].comments_label().as_deref(), 10);
+        let words = code_words(chunk, 10, &comments).join(" ");
         assert!(words.contains("session.request(url)"), "{words}");
         assert!(words.contains("def fetch(url):"), "{words}");
-        // The docstring, not the comment above, is the doc of a Python def.
-        assert!(words.contains("requests.get above"), "{words}");
-        assert!(!words.contains("requests.get(url)"), "{words}");
-        // Without doc lines, every line is code.
+        for quoted in ["r.ok", "requests.get(url)", "requests.get above", "session.close()"] {
+            assert!(!words.contains(quoted), "{quoted} is not code: {words}");
+        }
+        // Without comment lines, every line is code.
         assert!(code_words(chunk, 1, &[]).join(" ").contains("r.ok"));
+    }
+
+    #[test]
+    fn a_module_docstring_and_comments_are_not_code() {
+        let module = "\"\"\"The kit.\n\n    >>> kit.get(url)\n\"\"\"\n# kit.get lives in api.\nfrom .api import get\n";
+        let python = crate::source::lang::by_name("python").unwrap();
+        let chunks = crate::source::chunk::chunk_source(Some(python), module, &Default::default()).unwrap();
+        let comments = crate::source::chunk::parse_doc_lines(chunks[0].comments_label().as_deref(), 1);
+        let words = code_words(module, 1, &comments).join(" ");
+        assert!(!words.contains("kit.get"), "{words}");
+        assert!(words.contains("from .api import get"), "{words}");
     }
 
     #[test]

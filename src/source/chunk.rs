@@ -85,6 +85,10 @@ pub struct Chunk {
     pub context: Option<String>,
     /// The exact source text of the chunk's lines.
     pub text: String,
+    /// Lines (1-based inclusive, file lines, within the chunk's) of every
+    /// comment and docstring in it (`@doc` captures, whoever's doc they are):
+    /// text about the code, not the code.
+    pub comments: Vec<(u32, u32)>,
 }
 
 /// A named definition within a chunk.
@@ -125,7 +129,20 @@ impl Chunk {
     }
 }
 
-/// The doc comment lines of each symbol of a chunk, from [`Chunk::doc_label`],
+impl Chunk {
+    /// [`Self::comments`] as stored ([`parse_doc_lines`] reads it back):
+    /// `a-b` (lines of the chunk, 1-based inclusive) joined by `,`; `None`
+    /// when it has none.
+    pub fn comments_label(&self) -> Option<String> {
+        (!self.comments.is_empty()).then(|| {
+            let relative = |&(a, b): &(u32, u32)| format!("{}-{}", a + 1 - self.start_line, b + 1 - self.start_line);
+            self.comments.iter().map(relative).collect::<Vec<_>>().join(",")
+        })
+    }
+}
+
+/// The doc comment lines of each symbol of a chunk, from [`Chunk::doc_label`]
+/// (or of each comment, from [`Chunk::comments_label`]),
 /// shifted to start at `first_line` (1 for lines of the chunk's text, the
 /// chunk's start line for file lines). Malformed entries read as none.
 pub fn parse_doc_lines(label: Option<&str>, first_line: u32) -> Vec<Option<(u32, u32)>> {
@@ -288,9 +305,19 @@ fn chunk_with_grammar(
 ) -> Result<(Vec<Chunk>, Option<FileGraph>)> {
     let tree = parse(lang, source)?;
     let root = tree.root_node();
-    let defs = find_definitions(lang, root, source)?;
+    let (defs, comment_rows) = find_definitions(lang, root, source)?;
     let mut out = ChunkSink::new(source, lines, limits);
     emit_level(&mut out, root, &defs, 0, lines.count() - 1, "module", None, &[]);
+    let mut chunks = out.finish();
+    for chunk in &mut chunks {
+        let (first, last) = (chunk.start_line as usize - 1, chunk.end_line as usize - 1);
+        chunk.comments = comment_rows
+            .iter()
+            .map(|&(a, b)| (a.max(first), b.min(last)))
+            .filter(|(a, b)| a <= b)
+            .map(|(a, b)| (a as u32 + 1, b as u32 + 1))
+            .collect();
+    }
     let graph = match graph {
         true => {
             let mut spans = Vec::new();
@@ -303,7 +330,7 @@ fn chunk_with_grammar(
         }
         false => None,
     };
-    Ok((out.finish(), graph))
+    Ok((chunks, graph))
 }
 
 fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
@@ -321,7 +348,7 @@ fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
 pub fn graph_symbols(lang: &Language, source: &str) -> Result<Vec<SymbolRow>> {
     let tree = parse(lang, source)?;
     let root = tree.root_node();
-    let defs = find_definitions(lang, root, source)?;
+    let (defs, _) = find_definitions(lang, root, source)?;
     let mut spans = Vec::new();
     def_spans(&defs, None, &mut spans);
     Ok(crate::source::extract::symbols(lang, root, source, &spans)?.unwrap_or_default())
@@ -346,7 +373,12 @@ fn def_spans<'d>(defs: &'d [Def], parent: Option<usize>, out: &mut Vec<DefSpan<'
     }
 }
 
-fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result<Vec<Def<'t>>> {
+/// Rows `a..=b` of a file, 0-based.
+type RowSpan = (usize, usize);
+
+/// The definitions of the file, nested, and the rows of every `@doc` capture
+/// (comments and docstrings, sorted).
+fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result<(Vec<Def<'t>>, Vec<RowSpan>)> {
     let query = lang.chunks_query()?;
     let names = query.capture_names();
     let mut cursor = QueryCursor::new();
@@ -357,6 +389,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     // span; else alone (a comment), attached to what it lies right above.
     let mut inner_docs: HashMap<(usize, std::cmp::Reverse<usize>), (usize, usize)> = HashMap::new();
     let mut doc_nodes: HashSet<usize> = HashSet::new();
+    let mut comment_rows: Vec<RowSpan> = Vec::new();
     while let Some(m) = matches.next() {
         let mut def_node = None;
         let mut kind = None;
@@ -374,6 +407,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
                 name_row = Some(cap.node.start_position().row);
             } else if cap_name == "doc" {
                 doc_ids.push(cap.node.id());
+                comment_rows.push((cap.node.start_position().row, end_row(&cap.node)));
                 docs = Some(widen(docs, cap.node.start_position().row, end_row(&cap.node)));
             }
         }
@@ -429,7 +463,9 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             .or(above)
             .filter(|&(a, b)| !(a..=b).contains(&own_row));
     }
-    Ok(nest(defs))
+    comment_rows.sort_unstable();
+    comment_rows.dedup();
+    Ok((nest(defs), comment_rows))
 }
 
 /// `range` (rows) widened to take in rows `a..=b`.
@@ -707,6 +743,7 @@ impl<'s> ChunkSink<'s> {
                 .collect(),
             context,
             text: self.source[start_byte..end_byte].to_string(),
+            comments: Vec::new(),
         });
     }
 

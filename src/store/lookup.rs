@@ -81,8 +81,8 @@ pub struct ChunkRow {
     pub context: Option<String>,
     pub text: Option<String>,
     pub content_hash: i64,
-    /// Its doc comments' lines ([`crate::source::chunk::Chunk::doc_label`]).
-    pub doc: Option<String>,
+    /// Its comments' and docstrings' lines ([`crate::source::chunk::Chunk::comments_label`]).
+    pub comments: Option<String>,
     /// Its vector of the model asked for.
     pub vector: Option<Vec<u8>>,
     /// Its signature vectors (one per name, end to end) of the model asked for.
@@ -262,7 +262,7 @@ impl Store {
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
                     CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
-                    c.content_hash, c.doc
+                    c.content_hash, c.comments
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
@@ -281,7 +281,7 @@ impl Store {
                 vector: r.get(8)?,
                 signature: r.get(9)?,
                 content_hash: r.get(10)?,
-                doc: r.get(11)?,
+                comments: r.get(11)?,
             })
         })?;
         Ok(row)
@@ -295,10 +295,10 @@ impl Store {
         Ok(stmt.query_row([id], |r| r.get(0)).optional()?)
     }
 
-    /// The text of chunk `id` with its doc comments' lines (`None`: no such chunk).
-    pub fn chunk_text_and_doc(&self, id: i64) -> Result<Option<(String, Option<String>)>> {
+    /// The text of chunk `id` with its comments' lines (`None`: no such chunk).
+    pub fn chunk_text_and_comments(&self, id: i64) -> Result<Option<(String, Option<String>)>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT t.text, c.doc FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1",
+            "SELECT t.text, c.comments FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1",
         )?;
         Ok(stmt.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
     }

@@ -31,12 +31,15 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
     (6, &[COMMON_TERMS_SCHEMA, QUERY_ADAPTERS_SCHEMA]),
     // Rows written before are NULL until their file is chunked again (the
     // chunking fingerprint changed with the `@doc` captures).
-    (7, &[CHUNK_DOC_COLUMN]),
+    (7, &[CHUNK_DOC_COLUMN, CHUNK_COMMENTS_COLUMN]),
 ];
 
 /// Added in version 8: the doc comment lines of a chunk's definitions
 /// (`Chunk::doc_label`).
 const CHUNK_DOC_COLUMN: &str = "ALTER TABLE chunks ADD COLUMN doc TEXT;";
+/// Added in version 8: the lines of every comment and docstring of a chunk
+/// (`Chunk::comments_label`).
+const CHUNK_COMMENTS_COLUMN: &str = "ALTER TABLE chunks ADD COLUMN comments TEXT;";
 
 /// Added in version 5. `mtime_ns` is 0 when the file was too recent to trust
 /// its mtime (as in `catalog`); `reason` is the skip reason's key
@@ -66,6 +69,8 @@ CREATE TABLE files (
 CREATE TABLE contents (hash INTEGER PRIMARY KEY, text TEXT NOT NULL);
 -- `doc`: the lines of the doc comment of each name in `symbol`, in its order:
 -- `a-b` (lines of the chunk, 1-based) or empty, joined by `,`; NULL when none.
+-- `comments`: the lines of every comment and docstring in the chunk (`@doc`
+-- captures, whoever's doc they are), `a-b` joined by `,`; NULL when none.
 CREATE TABLE chunks (
     id INTEGER PRIMARY KEY,
     file_id INTEGER NOT NULL REFERENCES files (id),
@@ -77,7 +82,8 @@ CREATE TABLE chunks (
     kind TEXT NOT NULL,
     symbol TEXT,
     context TEXT,
-    doc TEXT);
+    doc TEXT,
+    comments TEXT);
 CREATE INDEX chunks_by_file ON chunks (file_id);
 CREATE INDEX chunks_by_content ON chunks (content_hash);
 -- The names a chunk defines (several when tiny definitions are packed), as
@@ -286,6 +292,7 @@ mod tests {
                  DROP TABLE common_terms;
                  DROP TABLE query_adapters;
                  ALTER TABLE chunks DROP COLUMN doc;
+                 ALTER TABLE chunks DROP COLUMN comments;
                  UPDATE meta SET value = '4' WHERE key = 'schema_version';
                  INSERT INTO meta (key, value) VALUES ('marker', 'kept');",
             )
@@ -322,6 +329,7 @@ mod tests {
             .execute_batch(
                 "INSERT INTO common_terms (term, df) VALUES ('parse', 3);
                  ALTER TABLE chunks DROP COLUMN doc;
+                 ALTER TABLE chunks DROP COLUMN comments;
                  UPDATE meta SET value = '6' WHERE key = 'schema_version';",
             )
             .unwrap();

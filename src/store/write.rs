@@ -152,8 +152,8 @@ impl<'c> Batch<'c> {
             .tx
             .prepare_cached("INSERT INTO contents (hash, text) VALUES (?1, ?2) ON CONFLICT (hash) DO NOTHING")?;
         let mut insert_chunk = self.tx.prepare_cached(
-            "INSERT INTO chunks (file_id, content_hash, start_line, end_line, start_byte, end_byte, kind, symbol, context, doc)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            "INSERT INTO chunks (file_id, content_hash, start_line, end_line, start_byte, end_byte, kind, symbol, context, doc, comments)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?;
         let mut insert_symbol = self.tx.prepare_cached(
             "INSERT INTO chunk_symbols (key, chunk_id, name, start_line, end_line) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -175,7 +175,8 @@ impl<'c> Batch<'c> {
                 chunk.kind,
                 chunk.symbol_label(),
                 chunk.context,
-                chunk.doc_label()
+                chunk.doc_label(),
+                chunk.comments_label()
             ])?;
             let chunk_id = self.tx.last_insert_rowid();
             for (key, symbol) in prepared.symbol_keys.iter().zip(&chunk.symbols) {
