@@ -153,6 +153,10 @@ fn branch_switches_reuse_chunks_and_vectors_and_search_only_the_current_branch()
 #[test]
 fn a_kill_during_indexing_or_embedding_loses_no_committed_work() {
     model();
+    // No query adapter: its fit, a detached process started when an
+    // embedding pass ends, would still be writing in `.ken/` when a trial
+    // removes it. The kills are what this test is about.
+    std::env::set_var("KEN_QUERY_ADAPTER", "0");
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     git(root, &["init", "-q"]);

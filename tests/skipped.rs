@@ -310,6 +310,7 @@ fn downgrade_to_v4(root: &Path) {
         "DROP TABLE skipped_files;
          DROP INDEX refs_import_modules;
          ALTER TABLE chunks DROP COLUMN doc;
+         ALTER TABLE chunks DROP COLUMN comments;
          UPDATE meta SET value = '4' WHERE key = 'schema_version';
          INSERT OR REPLACE INTO meta (key, value) VALUES ('test_marker', 'kept');",
     )
