@@ -509,7 +509,8 @@ impl Searcher {
         for hit in hits.iter_mut().filter(|h| h.content.is_empty()) {
             hit.content = self
                 .store
-                .chunk_text(hit.chunk_id)?
+                .chunk_text_and_comments(hit.chunk_id)?
+                .map(|(text, _)| text)
                 .with_context(|| format!("chunk {} is gone from the index", hit.chunk_id))?;
         }
         Ok(())

@@ -152,6 +152,7 @@ impl Searcher {
     /// Opens the index of `root` (stored in `index_dir`) for searching the
     /// root's current branch.
     pub fn open(root: &Path, index_dir: &Path) -> Result<Searcher> {
+        let settings = crate::config::try_settings()?;
         let store = Store::open_for_read(index_dir)?;
         store.register_bm25()?;
         let branch = git::head(root).catalog_key();
@@ -180,8 +181,8 @@ impl Searcher {
             branch,
             semantic: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
-            fusion: Fusion::of(crate::config::try_settings()?),
-            fusion_weights_set: crate::config::try_settings()?.fusion_weights.is_some(),
+            fusion: Fusion::of(settings),
+            fusion_weights_set: settings.fusion_weights.is_some(),
             stock_bm25: Default::default(),
             last_phases: Default::default(),
             model_loading_elsewhere: None,

@@ -287,14 +287,6 @@ impl Store {
         Ok(row)
     }
 
-    /// The text of chunk `id` (`None`: no such chunk).
-    pub fn chunk_text(&self, id: i64) -> Result<Option<String>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT t.text FROM chunks c JOIN contents t ON t.hash = c.content_hash WHERE c.id = ?1")?;
-        Ok(stmt.query_row([id], |r| r.get(0)).optional()?)
-    }
-
     /// The text of chunk `id` with its comments' lines (`None`: no such chunk).
     pub fn chunk_text_and_comments(&self, id: i64) -> Result<Option<(String, Option<String>)>> {
         let mut stmt = self.conn.prepare_cached(
