@@ -139,7 +139,9 @@ fn model() {
 fn embedded_sample(root: &Path) -> (PathBuf, i64) {
     model();
     sample_project(root);
-    ok(root, &["index", "-q"]);
+    // With the query adapter's fit done here: no background fitter may still
+    // be writing when a test damages the database.
+    ok(root, &["index", "-q", "--wait-for-adapter"]);
     let db = root.join(".ken/index.db");
     let before = vectors(&db);
     assert!(before > 0, "the sample project has vectors");
