@@ -33,6 +33,21 @@ fn vectors_by_side(root: &Path) -> (i64, i64) {
     .unwrap()
 }
 
+/// What `ken status` counts on the current branch.
+fn branch_totals(status: &Value) -> Vec<Value> {
+    [
+        "files",
+        "chunks",
+        "languages",
+        "distinct_contents",
+        "embedded_contents",
+        "signature_vectors",
+    ]
+    .iter()
+    .map(|key| status[*key].clone())
+    .collect()
+}
+
 fn symbols(root: &Path, query: &str) -> Vec<String> {
     search(root, query, 10)
         .iter()
@@ -93,6 +108,16 @@ fn branch_switches_reuse_chunks_and_vectors_and_search_only_the_current_branch()
     assert!(!symbols(root, "only_on_main_fn").contains(&"only_on_main_fn".to_string()));
     assert_eq!(search(root, "moved_around_fn", 1)[0]["path"], "moved.py");
 
+    // Each branch's totals, from an index that never saw another branch:
+    // those of the shared index must match them on every switch.
+    let alone = |branch: &str| {
+        let copy = tempfile::tempdir().unwrap();
+        git(copy.path(), &["clone", "-q", "-b", branch, root.to_str().unwrap(), "."]);
+        ken_json(copy.path(), &["index", "--json"]);
+        branch_totals(&ken_json(copy.path(), &["status", "--json"]))
+    };
+    let alone = [("main", alone("main")), ("feature", alone("feature"))];
+
     // Back and forth: nothing parsed, nothing embedded, no vector added.
     for (branch, present, missing) in [
         ("main", "only_on_main_fn", "only_on_feature_fn"),
@@ -117,6 +142,9 @@ fn branch_switches_reuse_chunks_and_vectors_and_search_only_the_current_branch()
             !symbols(root, missing).contains(&missing.to_string()),
             "{missing} not on {branch}"
         );
+        let (_, totals) = alone.iter().find(|(b, _)| *b == branch).unwrap();
+        let status = ken_json(root, &["status", "--json"]);
+        assert_eq!(&branch_totals(&status), totals, "{branch}'s totals: {status}");
         let semantic = ken_json(
             root,
             &["search", "--json", "--mode", "semantic", "-k", "10", "return a value"],

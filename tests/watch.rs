@@ -20,7 +20,8 @@ struct Watch {
 }
 
 impl Watch {
-    fn start(root: &Path, extra: &[&str]) -> Watch {
+    /// Starts `ken watch`, not waiting for it to be ready.
+    fn spawn(root: &Path, extra: &[&str]) -> Watch {
         let mut child = Command::new(ken_bin())
             .args(["watch", "--json", "--no-embed"])
             .args(extra)
@@ -43,9 +44,17 @@ impl Watch {
                 }
             }
         });
-        let w = Watch { child, events };
+        Watch { child, events }
+    }
+
+    fn start(root: &Path, extra: &[&str]) -> Watch {
+        let w = Watch::spawn(root, extra);
         w.wait_for("the watcher to be ready", |e| e.iter().any(|v| v["event"] == "ready"));
         w
+    }
+
+    fn is_ready(&self) -> bool {
+        self.events().iter().any(|v| v["event"] == "ready")
     }
 
     fn events(&self) -> Vec<Value> {
@@ -318,6 +327,44 @@ fn many_files(root: &Path, n: usize) {
             &format!("def function_{i}(x):\n    \"\"\"Marker token{i}marker.\"\"\"\n    return x + {i}\n"),
         );
     }
+}
+
+#[test]
+fn an_edit_during_the_first_catch_up_is_not_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    git(root, &["init", "-q"]);
+    many_files(root, 3000);
+    // The largest file is read first: edits to it during the run's other
+    // files land after it was read, before the run ends.
+    let big: String = (0..400)
+        .map(|i| format!("def filler_{i}():\n    return {i}\n"))
+        .collect();
+    write(root, "big.py", &big);
+    let w = Watch::spawn(root, &[]);
+    // Once the run has written big.py (it is in the first batch) and while
+    // it goes on with the rest, edit big.py once: the run has read it already.
+    while !w.is_ready() {
+        let out = ken(root, &["search", "--json", "--mode", "lexical", "-k", "1", "filler_0"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("big.py") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("big.py"))
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"def appended_during_catch_up():\n    return 0\n").unwrap();
+    drop(file);
+    w.wait_for("the watcher to be ready", |e| e.iter().any(|v| v["event"] == "ready"));
+    eventually(
+        root,
+        "appended_during_catch_up",
+        "the edit made during the run is found",
+        |hits| hits.first().is_some_and(|h| h["symbol"] == "appended_during_catch_up"),
+    );
+    drop(w);
 }
 
 #[test]

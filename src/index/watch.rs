@@ -345,8 +345,11 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         embed_not_before: Instant::now() + opts.embed_after,
         warned: Default::default(),
     };
-    // Fresh from the start: whatever changed while nobody watched (retried
-    // below if another process is writing the index now).
+    // Watch first, then catch up with whatever changed while nobody watched
+    // (retried below if another process is writing the index now): an edit
+    // made during that run, seconds on a large tree, is then seen by the run
+    // or by its event, never lost.
+    let (mut backend, events, folders) = w.start_watching(head.git_dir.as_deref())?;
     let mut dirty = Dirty {
         full: true,
         ..Dirty::default()
@@ -359,7 +362,10 @@ pub fn run(root: &Path, index_dir: &Path, opts: &WatchOptions, stop: &AtomicBool
         let store = Store::open_for_write(index_dir)?;
         store.set_meta(MetaKey::WatcherPid, &std::process::id().to_string())?;
     }
-    let (mut backend, events) = w.start_watching(head.git_dir.as_deref())?;
+    w.event(
+        json!({"event": "ready", "backend": backend.name(), "folders": folders}),
+        || format!("watching {} ({folders} folders)", root.display()),
+    );
 
     let mut last_gc = Instant::now() - opts.gc_every;
     let mut retry_at: Option<Instant> = None;
@@ -451,7 +457,8 @@ impl Watcher<'_> {
     /// Watches every folder the indexing walk enters and the git
     /// directory, by notifications or, on a network file system or past the
     /// inotify limit, by polling; says it is ready.
-    fn start_watching(&mut self, git_dir: Option<&Path>) -> Result<(Backend, Events)> {
+    /// Watches every folder of the root (and git's HEAD files); returns how many folders.
+    fn start_watching(&mut self, git_dir: Option<&Path>) -> Result<(Backend, Events, usize)> {
         let poll = self.opts.poll || is_network_fs(self.root);
         if poll && !self.opts.poll {
             self.warn("network file system: watching by polling every few seconds");
@@ -469,11 +476,7 @@ impl Watcher<'_> {
             (backend, events) = new_backend(self.opts, true)?;
             self.add_watches(&mut backend, &dirs, git_dir)?;
         }
-        self.event(
-            json!({"event": "ready", "backend": backend.name(), "folders": dirs.len()}),
-            || format!("watching {} ({} folders)", self.root.display(), dirs.len()),
-        );
-        Ok((backend, events))
+        Ok((backend, events, dirs.len()))
     }
 
     fn git_busy(&self) -> bool {

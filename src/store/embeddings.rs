@@ -83,8 +83,22 @@ impl Store {
         count(&self.conn, "SELECT count(*) FROM embeddings", [])
     }
 
-    /// The vectors of `model` for contents of `branch`.
+    /// The vectors of `model` for contents of `branch`: as for
+    /// [`Store::branch_distinct_contents`], the whole index's less those of
+    /// contents only outside the branch, when few versions are outside. A
+    /// vector's content is always some chunk's (deleted with the last one;
+    /// `ken health` checks it).
     pub fn branch_vector_count(&self, branch: &str, model: &str) -> Result<u64> {
+        if let Some(outside) = self.contents_outside(branch)? {
+            let mut has_vector = self
+                .conn
+                .prepare_cached("SELECT 1 FROM embeddings WHERE content_hash = ?1 AND model = ?2")?;
+            let mut with_vector = 0;
+            for hash in outside {
+                with_vector += u64::from(has_vector.exists(params![hash, model])?);
+            }
+            return Ok(self.vector_count(model)?.saturating_sub(with_vector));
+        }
         count(
             &self.conn,
             "SELECT count(*) FROM embeddings e WHERE e.model = ?2 AND e.content_hash IN

@@ -14,7 +14,7 @@ use super::meta::{set_meta, MetaKey};
 /// Bumped whenever the schema or the meaning of stored data changes. An
 /// index of an older version is upgraded in place by [`MIGRATIONS`] when a
 /// chain of steps leads from its version to this one; any other is rebuilt.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The steps that upgrade an index in place, oldest first: `(from, sql)`
 /// turns an index of version `from` into one of version `from + 1`. Only
@@ -32,7 +32,14 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
     // Rows written before are NULL until their file is chunked again (the
     // chunking fingerprint changed with the `@doc` captures).
     (7, &[CHUNK_DOC_COLUMN, CHUNK_COMMENTS_COLUMN]),
+    (8, &[CHUNK_SYMBOLS_BY_CHUNK_INDEX]),
 ];
+
+/// Added in version 9: a file's old version drops its chunks' symbol rows
+/// by chunk id; without this index each of those deletes scanned the table
+/// (a one-file edit cost ~0.5 s at 800k chunks).
+const CHUNK_SYMBOLS_BY_CHUNK_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS chunk_symbols_by_chunk ON chunk_symbols (chunk_id);";
 
 /// Added in version 8: the doc comment lines of a chunk's definitions
 /// (`Chunk::doc_label`).
@@ -175,6 +182,8 @@ pub(super) fn create_tables(tx: &Connection) -> Result<()> {
     tx.execute_batch(GRAPH_SCHEMA).context("creating the graph schema")?;
     tx.execute_batch(IMPORT_MODULES_INDEX)
         .context("creating the graph schema")?;
+    tx.execute_batch(CHUNK_SYMBOLS_BY_CHUNK_INDEX)
+        .context("creating the index schema")?;
     tx.execute_batch(COMMON_TERMS_SCHEMA)
         .context("creating the index schema")?;
     tx.execute_batch(QUERY_ADAPTERS_SCHEMA)
