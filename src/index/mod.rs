@@ -192,12 +192,21 @@ fn index_once(
     }
     store.set_meta(MetaKey::Chunking, &chunking)?;
 
-    let mut catalog = store.catalog(&branch)?;
-    let mut skipped = store.skipped(&branch)?;
+    // A scoped run (the watcher's) on a branch already indexed reads only
+    // the catalog under its folders: one edit must not cost the whole catalog.
+    let scoped_load = match scope {
+        Some(starts) if store.branch_file_count(&branch)? > 0 => Some(catalog_within(&store, &branch, &root, starts)?),
+        _ => None,
+    };
+    let loaded_in_scope = scoped_load.is_some();
+    let (mut catalog, mut skipped) = match scoped_load {
+        Some(loaded) => loaded,
+        None => (store.catalog(&branch)?, store.skipped(&branch)?),
+    };
     let last_branch = store.meta(MetaKey::IndexedBranch)?;
     let switched = last_branch.as_deref().is_some_and(|b| b != branch);
     let mut seed_from = None;
-    if catalog.is_empty() {
+    if catalog.is_empty() && !loaded_in_scope {
         if let Some(previous) = last_branch.filter(|b| *b != branch) {
             catalog = store.catalog(&previous)?;
             seed_from = Some(previous).filter(|_| !catalog.is_empty());
@@ -206,7 +215,7 @@ fn index_once(
             }
         }
     }
-    let scope = scope.filter(|_| seed_from.is_none() && !catalog.is_empty());
+    let scope = scope.filter(|_| loaded_in_scope || (seed_from.is_none() && !catalog.is_empty()));
     let found = match scope {
         Some(starts) => discover::discover_from(&root, starts, &opts.discover),
         None => discover::discover(&root, &opts.discover),
@@ -353,6 +362,35 @@ fn read_and_chunk(
             error: format!("{e:#}"),
         },
     }
+}
+
+/// `branch`'s catalog and skipped files within `starts`.
+fn catalog_within(
+    store: &Store,
+    branch: &str,
+    root: &Path,
+    starts: &[discover::Start],
+) -> Result<(HashMap<String, CatalogEntry>, HashMap<String, SkippedEntry>)> {
+    let (mut catalog, mut skipped) = (HashMap::new(), HashMap::new());
+    for start in starts {
+        let Some(dir) = discover::relative_path(root, start.path()) else {
+            continue;
+        };
+        let covered = |path: &String| start.covers(root, path);
+        catalog.extend(
+            store
+                .catalog_under(branch, &dir)?
+                .into_iter()
+                .filter(|(p, _)| covered(p)),
+        );
+        skipped.extend(
+            store
+                .skipped_under(branch, &dir)?
+                .into_iter()
+                .filter(|(p, _)| covered(p)),
+        );
+    }
+    Ok((catalog, skipped))
 }
 
 /// The files to read (new, or changed in size or mtime since the catalog

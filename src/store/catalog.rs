@@ -14,6 +14,17 @@ use crate::source::discover::SkipReason;
 /// as the whole index's less theirs (see `branch_distinct_contents`).
 const FEW_VERSIONS_OUTSIDE: usize = 2_000;
 
+/// The range of relative paths under the folder `dir` ("" for all):
+/// `dir/` up to `dir0` (`0` follows `/`).
+fn path_range(dir: &str) -> (String, String) {
+    if dir.is_empty() {
+        // Past every path: none starts with U+10FFFF, a noncharacter.
+        (String::new(), char::MAX.to_string())
+    } else {
+        (format!("{dir}/"), format!("{dir}0"))
+    }
+}
+
 /// A path's entry in a branch's catalog.
 #[derive(Debug, Clone, Copy)]
 pub struct CatalogEntry {
@@ -63,11 +74,20 @@ pub type SampledChunk = (Option<String>, String, Option<String>);
 
 impl Store {
     pub fn catalog(&self, branch: &str) -> Result<HashMap<String, CatalogEntry>> {
-        let mut stmt = self.conn.prepare(
+        self.catalog_under(branch, "")
+    }
+
+    /// The entries of `branch` whose path is under the folder `dir`
+    /// (relative, no trailing `/`; "" is the root): a range of the primary
+    /// key, so the watcher's one-file runs do not load a large catalog.
+    pub fn catalog_under(&self, branch: &str, dir: &str) -> Result<HashMap<String, CatalogEntry>> {
+        let (from, to) = path_range(dir);
+        let mut stmt = self.conn.prepare_cached(
             "SELECT c.path, c.file_id, c.mtime_ns, c.size, f.content_hash
-             FROM catalog c JOIN files f ON f.id = c.file_id WHERE c.branch = ?1",
+             FROM catalog c JOIN files f ON f.id = c.file_id
+             WHERE c.branch = ?1 AND c.path >= ?2 AND c.path < ?3",
         )?;
-        let rows = stmt.query_map([branch], |r| {
+        let rows = stmt.query_map(params![branch, from, to], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 CatalogEntry {
@@ -84,10 +104,17 @@ impl Store {
     /// The files of `branch` read and left out for their content, by path
     /// (rows of a reason this ken does not know are left out: read again).
     pub fn skipped(&self, branch: &str) -> Result<HashMap<String, SkippedEntry>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT path, mtime_ns, size, reason FROM skipped_files WHERE branch = ?1")?;
-        let rows = stmt.query_map([branch], |r| {
+        self.skipped_under(branch, "")
+    }
+
+    /// The skipped files of `branch` under the folder `dir` (as [`Self::catalog_under`]).
+    pub fn skipped_under(&self, branch: &str, dir: &str) -> Result<HashMap<String, SkippedEntry>> {
+        let (from, to) = path_range(dir);
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT path, mtime_ns, size, reason FROM skipped_files
+             WHERE branch = ?1 AND path >= ?2 AND path < ?3",
+        )?;
+        let rows = stmt.query_map(params![branch, from, to], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, i64>(1)?,
