@@ -289,39 +289,77 @@ pub fn search_all(
     req: &SearchRequest,
     include_project: bool,
 ) -> Result<Found> {
-    let mut lists = Vec::new();
-    let mut notices = Vec::new();
-    let mut confidences = Vec::new();
+    let mut lists = Lists::default();
     if include_project {
         let (hits, confidence) = project.search_rated(req)?;
-        lists.push(BaseHits {
-            base: PROJECT.to_string(),
-            hits,
-        });
-        confidences.push(confidence);
-        notices.extend(project.notice());
+        lists.push(PROJECT, hits, confidence);
+        lists.notices.extend(project.notice());
     }
     for (base, searcher) in bases {
         match searcher.search_rated(req) {
-            Ok((hits, confidence)) => {
-                lists.push(BaseHits {
-                    base: base.name.clone(),
-                    hits,
-                });
-                confidences.push(confidence);
-            }
-            Err(e) => notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
+            Ok((hits, confidence)) => lists.push(&base.name, hits, confidence),
+            Err(e) => lists.notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
         }
     }
-    let confidence = confidences
-        .into_iter()
-        .reduce(|a, b| if b.score > a.score { b } else { a })
-        .unwrap_or_else(Confidence::none);
-    Ok(Found {
-        hits: fuse(lists, req.limit),
-        notices,
-        confidence,
-    })
+    Ok(lists.fused(req.limit))
+}
+
+/// Searches a workspace's members (in the workspace's order) as one list,
+/// each hit under its member's name. Their BM25 statistics and vector
+/// neighbourhoods differ per index, so scores are never compared across
+/// members: the lists are merged by reciprocal rank ([`fuse`]), ties going
+/// to the member listed first, which makes the merge deterministic. A member
+/// whose search fails is said in the notices; if every member fails, so does the search.
+pub fn search_members(members: &[(&str, &Searcher)], req: &SearchRequest) -> Result<Found> {
+    let mut lists = Lists::default();
+    let mut failed = None;
+    for (name, searcher) in members {
+        match searcher.search_rated(req) {
+            Ok((hits, confidence)) => {
+                lists.push(name, hits, confidence);
+                lists.notices.extend(searcher.notice().map(|n| format!("member `{name}`: {n}")));
+            }
+            Err(e) => {
+                lists.notices.push(format!("member `{name}` is not searched: {e:#}"));
+                failed = Some(e);
+            }
+        }
+    }
+    match (lists.lists.is_empty(), failed) {
+        (true, Some(e)) => Err(e),
+        _ => Ok(lists.fused(req.limit)),
+    }
+}
+
+/// Result lists gathered from several indexes, to fuse.
+#[derive(Default)]
+struct Lists {
+    lists: Vec<BaseHits>,
+    notices: Vec<String>,
+    confidences: Vec<Confidence>,
+}
+
+impl Lists {
+    fn push(&mut self, base: &str, hits: Vec<SearchHit>, confidence: Confidence) {
+        self.lists.push(BaseHits {
+            base: base.to_string(),
+            hits,
+        });
+        self.confidences.push(confidence);
+    }
+
+    fn fused(self, limit: usize) -> Found {
+        let confidence = self
+            .confidences
+            .into_iter()
+            .reduce(|a, b| if b.score > a.score { b } else { a })
+            .unwrap_or_else(Confidence::none);
+        Found {
+            hits: fuse(self.lists, limit),
+            notices: self.notices,
+            confidence,
+        }
+    }
 }
 
 #[cfg(test)]
