@@ -252,6 +252,8 @@ pub fn allowed_folder(folder: &Path) -> Result<PathBuf> {
 pub struct BaseHits {
     pub base: String,
     pub hits: Vec<SearchHit>,
+    /// Scales the list's reciprocal ranks (1 for knowledge bases).
+    pub weight: f64,
 }
 
 /// Merges per-base result lists by reciprocal rank: each base's best result
@@ -261,7 +263,7 @@ pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
     let mut all: Vec<(f64, usize, usize, String, SearchHit)> = Vec::new();
     for (base_rank, list) in lists.into_iter().enumerate() {
         for (rank, hit) in list.hits.into_iter().enumerate() {
-            let fused = 1.0 / (DEFAULT_RRF_K + rank as f64 + 1.0);
+            let fused = list.weight / (DEFAULT_RRF_K + rank as f64 + 1.0);
             all.push((fused, base_rank, rank, list.base.clone(), hit));
         }
     }
@@ -292,12 +294,12 @@ pub fn search_all(
     let mut lists = Lists::default();
     if include_project {
         let (hits, confidence) = project.search_rated(req)?;
-        lists.push(PROJECT, hits, confidence);
+        lists.push(PROJECT, hits, confidence, 1.0);
         lists.notices.extend(project.notice());
     }
     for (base, searcher) in bases {
         match searcher.search_rated(req) {
-            Ok((hits, confidence)) => lists.push(&base.name, hits, confidence),
+            Ok((hits, confidence)) => lists.push(&base.name, hits, confidence, 1.0),
             Err(e) => lists.notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
         }
     }
@@ -306,17 +308,23 @@ pub fn search_all(
 
 /// Searches a workspace's members (in the workspace's order) as one list,
 /// each hit under its member's name. Their BM25 statistics and vector
-/// neighbourhoods differ per index, so scores are never compared across
-/// members: the lists are merged by reciprocal rank ([`fuse`]), ties going
-/// to the member listed first, which makes the merge deterministic. A member
-/// whose search fails is said in the notices; if every member fails, so does the search.
+/// neighbourhoods differ per index, so raw scores are never compared across
+/// members: the lists are merged by reciprocal rank ([`fuse`]), each list's
+/// ranks scaled by its confidence score (the share of the query's weighted
+/// terms its best hits hold, 0..1, normalised within its own index, so
+/// comparable), so a member that barely matches ranks below one that
+/// matches well. Ties go to the member listed first, then to the better
+/// rank: the merge is deterministic. A member whose search fails is said in
+/// the notices; if every member fails, so does the search.
 pub fn search_members(members: &[(&str, &Searcher)], req: &SearchRequest) -> Result<Found> {
     let mut lists = Lists::default();
     let mut failed = None;
     for (name, searcher) in members {
         match searcher.search_rated(req) {
             Ok((hits, confidence)) => {
-                lists.push(name, hits, confidence);
+                // A floor keeps a weak member's results in the list, below the others.
+                let weight = confidence.score.clamp(MIN_MEMBER_WEIGHT, 1.0);
+                lists.push(name, hits, confidence, weight);
                 lists.notices.extend(searcher.notice().map(|n| format!("member `{name}`: {n}")));
             }
             Err(e) => {
@@ -331,6 +339,9 @@ pub fn search_members(members: &[(&str, &Searcher)], req: &SearchRequest) -> Res
     }
 }
 
+/// The least a member's list is scaled by (see [`search_members`]).
+const MIN_MEMBER_WEIGHT: f64 = 0.05;
+
 /// Result lists gathered from several indexes, to fuse.
 #[derive(Default)]
 struct Lists {
@@ -340,10 +351,11 @@ struct Lists {
 }
 
 impl Lists {
-    fn push(&mut self, base: &str, hits: Vec<SearchHit>, confidence: Confidence) {
+    fn push(&mut self, base: &str, hits: Vec<SearchHit>, confidence: Confidence, weight: f64) {
         self.lists.push(BaseHits {
             base: base.to_string(),
             hits,
+            weight,
         });
         self.confidences.push(confidence);
     }
@@ -428,10 +440,12 @@ mod tests {
                 BaseHits {
                     base: "project".into(),
                     hits: vec![hit("a"), hit("b")],
+                    weight: 1.0,
                 },
                 BaseHits {
                     base: "docs".into(),
                     hits: vec![hit("x"), hit("y")],
+                    weight: 1.0,
                 },
             ],
             3,
