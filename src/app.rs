@@ -247,7 +247,11 @@ impl MemberSearchers {
                 .collect();
             anyhow::bail!(
                 "no member of the workspace can be searched ({}); `ken index` in the workspace folder indexes them all",
-                if why.is_empty() { "it has no members".to_string() } else { why.join("; ") }
+                if why.is_empty() {
+                    "it has no members".to_string()
+                } else {
+                    why.join("; ")
+                }
             );
         }
         let named: Vec<(&str, &Searcher)> = self.opened.iter().map(|(m, s)| (m.name.as_str(), s)).collect();

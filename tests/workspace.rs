@@ -66,7 +66,10 @@ fn members_are_added_listed_and_removed_with_clear_errors() {
     assert!(added.contains("not indexed yet"), "{added}");
     ken_ok(&ws, &["workspace", "add", "../lib", "--name", "core"]);
     let file = std::fs::read_to_string(ws.join("ken.toml")).unwrap();
-    assert!(file.contains("[workspace]") && file.contains("\"../service\""), "{file}");
+    assert!(
+        file.contains("[workspace]") && file.contains("\"../service\""),
+        "{file}"
+    );
     assert!(file.contains("name = \"core\""), "{file}");
 
     let missing = stderr_of(&ws, &["workspace", "add", "../nowhere"]);
@@ -105,7 +108,10 @@ fn members_are_added_listed_and_removed_with_clear_errors() {
     assert!(gone.contains("no member `core`") && gone.contains("service"), "{gone}");
     // By path too.
     ken_ok(&ws, &["workspace", "remove", "../service"]);
-    assert!(ken_json(&ws, &["workspace", "list", "--json"]).as_array().unwrap().is_empty());
+    assert!(ken_json(&ws, &["workspace", "list", "--json"])
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 #[test]
@@ -127,10 +133,7 @@ fn search_spans_the_members_names_each_and_filters_by_member() {
     let hits = ken_json(&ws, &query);
     let hits = hits.as_array().unwrap();
     let members: Vec<&str> = hits.iter().map(|h| h["member"].as_str().unwrap()).collect();
-    assert!(
-        members.contains(&"service") && members.contains(&"lib"),
-        "{hits:#?}"
-    );
+    assert!(members.contains(&"service") && members.contains(&"lib"), "{hits:#?}");
     let backoff = hits.iter().find(|h| h["path"] == "util/backoff.go").unwrap();
     assert_eq!(backoff["member"], "lib");
     // Deterministic: the same list again.
@@ -138,11 +141,17 @@ fn search_spans_the_members_names_each_and_filters_by_member() {
 
     let only = ken_json(&ws, &[&query[..], &["--member", "lib"]].concat());
     let only = only.as_array().unwrap();
-    assert!(!only.is_empty() && only.iter().all(|h| h["member"] == "lib"), "{only:#?}");
+    assert!(
+        !only.is_empty() && only.iter().all(|h| h["member"] == "lib"),
+        "{only:#?}"
+    );
     let both = ken_json(&ws, &[&query[..], &["--member", "lib", "--member", "service"]].concat());
     assert_eq!(both.as_array().unwrap().len(), hits.len());
     let unknown = stderr_of(&ws, &["search", "backoff", "--member", "nope"]);
-    assert!(unknown.contains("no member `nope`") && unknown.contains("service, lib"), "{unknown}");
+    assert!(
+        unknown.contains("no member `nope`") && unknown.contains("service, lib"),
+        "{unknown}"
+    );
 
     let text = ken_ok(&ws, &["search", "--mode", "lexical", "backoff retry delay"]);
     assert!(text.contains("[lib] util/backoff.go"), "{text}");
@@ -168,7 +177,17 @@ fn a_repository_without_a_workspace_answers_as_before() {
         keys.sort();
         assert_eq!(
             keys,
-            ["base", "end_line", "kind", "language", "path", "score", "snippet", "start_line", "symbol"]
+            [
+                "base",
+                "end_line",
+                "kind",
+                "language",
+                "path",
+                "score",
+                "snippet",
+                "start_line",
+                "symbol"
+            ]
         );
         assert_eq!(hit["base"], "project");
     }
@@ -298,11 +317,18 @@ fn calls_link_into_the_member_that_provides_the_imported_module() {
         );
         let callers = ken_json(&ws, &["callgraph", pair.callee, "--json"]);
         assert_eq!(callers["symbol"]["member"], "lib", "{language}: {callers}");
-        assert_eq!(edges(&callers), [expected.clone()], "{language}: {callers}");
+        assert_eq!(
+            edges(&callers),
+            std::slice::from_ref(&expected),
+            "{language}: {callers}"
+        );
         let callees = ken_json(&ws, &["callgraph", pair.caller, "--callees", "--json"]);
         assert_eq!(edges(&callees), [expected], "{language}: {callees}");
         let tree = ken_ok(&ws, &["callgraph", pair.callee]);
-        assert!(tree.contains(&format!("{} function  [app]", pair.caller)), "{language}: {tree}");
+        assert!(
+            tree.contains(&format!("{} function  [app]", pair.caller)),
+            "{language}: {tree}"
+        );
         // Each member alone: the import leads outside the repository, to nothing.
         let alone = ken_json(&tmp.path().join("lib"), &["callgraph", pair.callee, "--json"]);
         assert!(edges(&alone).is_empty(), "{language}: {alone}");
@@ -315,7 +341,9 @@ fn an_import_no_member_provides_links_nowhere() {
     let ws = tmp.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     repo(&tmp.path().join("lib"), GO_LIB);
-    let other = GO_SERVICE[1].1.replace("example.com/lib/util", "example.com/other/util");
+    let other = GO_SERVICE[1]
+        .1
+        .replace("example.com/lib/util", "example.com/other/util");
     repo(&tmp.path().join("service"), &[GO_SERVICE[0], ("main.go", &other)]);
     ken_ok(&ws, &["workspace", "add", "../service"]);
     ken_ok(&ws, &["workspace", "add", "../lib"]);
@@ -327,7 +355,10 @@ fn an_import_no_member_provides_links_nowhere() {
     ken_ok(&ws, &["workspace", "add", "../lib2"]);
     ken_ok(&ws, &["index", "--no-embed", "-q"]);
     let two = stderr_of(&ws, &["callgraph", "Backoff"]);
-    assert!(two.contains("lib: util/backoff.go:4") && two.contains("--member"), "{two}");
+    assert!(
+        two.contains("lib: util/backoff.go:4") && two.contains("--member"),
+        "{two}"
+    );
     ken_ok(&ws, &["callgraph", "Backoff", "--member", "lib2"]);
 }
 

@@ -191,7 +191,7 @@ pub(super) fn print_definitions(found: &[Symbol], name: &str) {
 pub(super) fn named_members(g: crate::graph::workspace::CallGraphAcross, names: &[String]) -> CallGraph {
     let named = |mut sym: Symbol, at: usize| {
         sym.path = format!("[{}] {}", names.get(at).map_or("?", String::as_str), sym.path);
-        sym.id = ((at as i64) << 40) | sym.id;
+        sym.id |= (at as i64) << 40;
         sym
     };
     CallGraph {

@@ -15,7 +15,10 @@ use crate::serve::wire;
 /// `ken search`: the project and its knowledge bases.
 pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
     if !args.member.is_empty() {
-        anyhow::bail!("--member needs a workspace: a {} with a [workspace] here or above, or --workspace FILE", crate::source::workspace::FILE_NAME);
+        anyhow::bail!(
+            "--member needs a workspace: a {} with a [workspace] here or above, or --workspace FILE",
+            crate::source::workspace::FILE_NAME
+        );
     }
     let (root, index_dir) = at.read()?;
     let req = SearchRequest {

@@ -102,7 +102,10 @@ fn list(ws: &Workspace, json: bool) -> Result<i32> {
 /// `ken index` in a workspace: every member in turn; exit 1 if one failed.
 pub(super) fn index(ws: &Workspace, args: &IndexArgs) -> Result<i32> {
     if ws.members.is_empty() {
-        bail!("{} has no members: `ken workspace add PATH` adds one", ws.file.display());
+        bail!(
+            "{} has no members: `ken workspace add PATH` adds one",
+            ws.file.display()
+        );
     }
     let mut failed = Vec::new();
     for m in &ws.members {
@@ -206,9 +209,15 @@ pub(super) fn callgraph(ws: &Workspace, args: &CallgraphArgs) -> Result<i32> {
         eprintln!("ken: {notice}");
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&wire::CallGraph::across(graph, &names))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&wire::CallGraph::across(graph, &names))?
+        );
     } else {
-        print!("{}", render::call_tree(&render::named_members(graph, &names), Style::stdout()));
+        print!(
+            "{}",
+            render::call_tree(&render::named_members(graph, &names), Style::stdout())
+        );
     }
     Ok(0)
 }

@@ -243,9 +243,9 @@ fn binding<'i>(r: &Ref, imp: &'i Ref, local: &str) -> Option<(&'i str, String, S
     let is_receiver = r.receiver.as_deref() == Some(local);
     let separator = if family(&r.language) == "python" { "." } else { "/" };
     // The receiver may go further into the module: `flask.helpers.f()`.
-    let bound = local_names(imp).into_iter().find(|&n| {
-        n == local || (is_receiver && local.strip_prefix(n).is_some_and(|rest| rest.starts_with('.')))
-    })?;
+    let bound = local_names(imp)
+        .into_iter()
+        .find(|&n| n == local || (is_receiver && local.strip_prefix(n).is_some_and(|rest| rest.starts_with('.'))))?;
     let module = imp.module.as_deref()?;
     let deeper = local[bound.len()..].trim_start_matches('.').replace('.', separator);
     // `from pkg import mod; mod.f()`: the module is pkg/mod.

@@ -73,7 +73,16 @@ impl<'c> Members<'c> {
                 let listed: Vec<String> = found
                     .iter()
                     .take(30)
-                    .map(|(m, s)| format!("  {}: {}:{}  {} {}", self.members[*m].name, s.path, s.line, s.kind, s.qualified()))
+                    .map(|(m, s)| {
+                        format!(
+                            "  {}: {}:{}  {} {}",
+                            self.members[*m].name,
+                            s.path,
+                            s.line,
+                            s.kind,
+                            s.qualified()
+                        )
+                    })
                     .collect();
                 bail!(
                     "`{spec}` names {n} definitions; pass one as `path:line` with --member NAME:\n{}",
@@ -248,7 +257,11 @@ impl<'c> Members<'c> {
                         .cloned()
                         .collect();
                     if found.is_empty() {
-                        found = named.iter().filter(|s| keep(s) && s.container.is_none()).cloned().collect();
+                        found = named
+                            .iter()
+                            .filter(|s| keep(s) && s.container.is_none())
+                            .cloned()
+                            .collect();
                     }
                     if !found.is_empty() {
                         return Ok(Some((other, found)));

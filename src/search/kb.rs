@@ -325,7 +325,9 @@ pub fn search_members(members: &[(&str, &Searcher)], req: &SearchRequest) -> Res
                 // A floor keeps a weak member's results in the list, below the others.
                 let weight = confidence.score.clamp(MIN_MEMBER_WEIGHT, 1.0);
                 lists.push(name, hits, confidence, weight);
-                lists.notices.extend(searcher.notice().map(|n| format!("member `{name}`: {n}")));
+                lists
+                    .notices
+                    .extend(searcher.notice().map(|n| format!("member `{name}`: {n}")));
             }
             Err(e) => {
                 lists.notices.push(format!("member `{name}` is not searched: {e:#}"));

@@ -36,8 +36,17 @@ impl Package {
             Some(rest) => rest.strip_prefix(self.separator())?,
             None => return None,
         };
-        let mut comps: Vec<String> = self.dir.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect();
-        comps.extend(rest.split(self.separator()).filter(|c| !c.is_empty()).map(str::to_string));
+        let mut comps: Vec<String> = self
+            .dir
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        comps.extend(
+            rest.split(self.separator())
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
+        );
         Some(comps)
     }
 }
@@ -104,7 +113,11 @@ fn python_packages(root: &Path, base: &str) -> Vec<Package> {
         .filter(|name| !name.starts_with('.') && !matches!(name.as_str(), "tests" | "test"))
         .map(|name| Package {
             family: "python",
-            dir: if base.is_empty() { name.clone() } else { format!("{base}/{name}") },
+            dir: if base.is_empty() {
+                name.clone()
+            } else {
+                format!("{base}/{name}")
+            },
             name,
         })
         .collect();
@@ -139,7 +152,10 @@ mod tests {
                 ("python", "mylib", "src/mylib")
             ]
         );
-        assert_eq!(found[0].module_dirs("example.com/lib/util"), Some(vec!["util".to_string()]));
+        assert_eq!(
+            found[0].module_dirs("example.com/lib/util"),
+            Some(vec!["util".to_string()])
+        );
         assert_eq!(found[0].module_dirs("example.com/library"), None);
         assert_eq!(
             found[3].module_dirs("mylib.util"),

@@ -64,9 +64,10 @@ enum Entry {
 
 /// The nearest `ken.toml` with a `[workspace]` table in `start` or above it.
 pub fn find(start: &Path) -> Option<PathBuf> {
-    start.ancestors().map(|d| d.join(FILE_NAME)).find(|f| {
-        std::fs::read_to_string(f).is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]"))
-    })
+    start
+        .ancestors()
+        .map(|d| d.join(FILE_NAME))
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|text| text.lines().any(|l| l.trim() == "[workspace]")))
 }
 
 impl Workspace {
@@ -259,9 +260,8 @@ fn default_name(root: &Path) -> String {
 }
 
 fn check_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let ok =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !ok {
         bail!("`{name}` is not a usable member name: use 1-64 letters, digits, `-` or `_`");
     }

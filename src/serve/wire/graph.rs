@@ -197,7 +197,10 @@ impl CallGraph {
                 .edges
                 .into_iter()
                 .map(|e| {
-                    let (from, to) = (named(e.edge.from.clone(), e.from_member), named(e.edge.to.clone(), e.to_member));
+                    let (from, to) = (
+                        named(e.edge.from.clone(), e.from_member),
+                        named(e.edge.to.clone(), e.to_member),
+                    );
                     Edge {
                         from,
                         to,
