@@ -212,6 +212,32 @@ pub fn indexed_chunks(root: &Path, index_dir: &Path) -> Result<Option<u64>> {
     Ok(Some(index::BranchTotals::read(&store, &branch)?.chunks))
 }
 
+/// Callers or callees of `spec` within and across the workspace's members
+/// (`member`: look `spec` up in that one): the graph, the members' names by
+/// position, and what was left out.
+pub fn call_graph_across(
+    ws: &crate::source::workspace::Workspace,
+    spec: &str,
+    member: Option<&str>,
+    direction: crate::graph::query::Direction,
+    depth: usize,
+) -> Result<(crate::graph::workspace::CallGraphAcross, Vec<String>, Vec<String>)> {
+    if let Some(name) = member {
+        ws.select(&[name.to_string()])?;
+    }
+    let members: Vec<crate::graph::MemberIndex> = ws
+        .members
+        .iter()
+        .filter(|m| m.exists())
+        .map(|m| crate::graph::MemberIndex {
+            name: m.name.clone(),
+            root: m.root.clone(),
+            index_dir: crate::store::index_dir_for(&m.root),
+        })
+        .collect();
+    crate::graph::call_graph_across(&members, spec, member, direction, depth)
+}
+
 /// The searchers of a workspace's members, open for one search.
 pub struct MemberSearchers {
     opened: Vec<(Member, Searcher)>,

@@ -52,6 +52,12 @@ async def in_workspace():
             check(only and all(hit["member"] == "lib" for hit in only), f"the filter keeps one member: {only}")
             wrong = await session.call_tool("codebase_search", {"query": "backoff", "member": ["nope"]})
             check(wrong.is_error and "no member `nope`" in wrong.content[0].text, f"an unknown member is said: {wrong}")
+            graph = structured(await session.call_tool("call_graph", {"symbol": "Backoff"}))
+            edges = [(e["from"]["member"], e["from"]["name"], e["to"]["member"], e["confidence"]) for e in graph["edges"]]
+            check(edges == [("service", "retryRequest", "lib", "import")], f"a caller in another member: {graph}")
+            callees = structured(await session.call_tool(
+                "call_graph", {"symbol": "retryRequest", "direction": "callees", "member": "service"}))
+            check([e["to"]["member"] for e in callees["edges"]] == ["lib"], f"a callee in another member: {callees}")
 
 
 async def alone():
@@ -60,6 +66,9 @@ async def alone():
         async with ClientSession(read, write) as session:
             await session.initialize()
             check("member" not in (await search_schema(session))["properties"], "no member filter outside a workspace")
+            tools = (await session.list_tools()).tools
+            graph_schema = next(t for t in tools if t.name == "call_graph").input_schema
+            check("member" not in graph_schema["properties"], "no member argument to call_graph outside a workspace")
             hits = structured(await session.call_tool(
                 "codebase_search", {"query": "backoff delay", "mode": "lexical"}))["results"]
             check(hits and all("member" not in hit for hit in hits), f"no member field outside a workspace: {hits}")

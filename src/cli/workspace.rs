@@ -186,25 +186,12 @@ pub(super) fn search(ws: &Workspace, args: SearchArgs) -> Result<i32> {
 
 /// `ken callgraph` in a workspace: callers or callees within and across members.
 pub(super) fn callgraph(ws: &Workspace, args: &CallgraphArgs) -> Result<i32> {
-    let members: Vec<crate::graph::MemberIndex> = ws
-        .members
-        .iter()
-        .filter(|m| m.exists())
-        .map(|m| crate::graph::MemberIndex {
-            name: m.name.clone(),
-            root: m.root.clone(),
-            index_dir: store::index_dir_for(&m.root),
-        })
-        .collect();
-    if let Some(name) = &args.member {
-        ws.select(std::slice::from_ref(name))?;
-    }
     let direction = match args.callees {
         true => Direction::Callees,
         false => Direction::Callers,
     };
     let (graph, names, notices) =
-        crate::graph::call_graph_across(&members, &args.symbol, args.member.as_deref(), direction, args.depth)?;
+        app::call_graph_across(ws, &args.symbol, args.member.as_deref(), direction, args.depth)?;
     for notice in notices {
         eprintln!("ken: {notice}");
     }

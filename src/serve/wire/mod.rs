@@ -189,6 +189,9 @@ pub struct CallGraphArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 10))]
     pub depth: Option<usize>,
+    /// Look the symbol up in this workspace member only.
+    #[serde(default)]
+    pub member: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
