@@ -21,16 +21,7 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         );
     }
     let (root, index_dir) = at.read()?;
-    let req = SearchRequest {
-        query: args.query.join(" "),
-        limit: args.k,
-        path_glob: args.path,
-        language: args.lang,
-        kind: args.kind,
-        max_per_file: args.max_per_file,
-        mode: args.mode.into(),
-        explain: args.explain,
-    };
+    let req = request(&args);
     let bases = open_bases(&root, &index_dir, true)?;
     let kb::Found {
         hits,
@@ -66,6 +57,20 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         render::print_hits(&hits, &req.query);
     }
     Ok(0)
+}
+
+/// The search `ken search`'s arguments ask for.
+pub(super) fn request(args: &SearchArgs) -> SearchRequest {
+    SearchRequest {
+        query: args.query.join(" "),
+        limit: args.k,
+        path_glob: args.path.clone(),
+        language: args.lang.clone(),
+        kind: args.kind.clone(),
+        max_per_file: args.max_per_file,
+        mode: args.mode.into(),
+        explain: args.explain,
+    }
 }
 
 /// `ken similar`: code like a snippet or the chunk at `path:line`.

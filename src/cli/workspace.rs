@@ -9,7 +9,7 @@ use super::Place;
 use crate::app::{self, MemberSearchers};
 use crate::graph::query::Direction;
 use crate::search::kb;
-use crate::search::{SearchRequest, Searcher};
+use crate::search::Searcher;
 use crate::serve::wire;
 use crate::source::workspace::{Workspace, FILE_NAME};
 use crate::store;
@@ -140,16 +140,7 @@ pub(super) fn search(ws: &Workspace, args: SearchArgs) -> Result<i32> {
         bail!("--freshness is about one repository: add --root MEMBER_FOLDER");
     }
     let members = ws.select(&args.member)?;
-    let req = SearchRequest {
-        query: args.query.join(" "),
-        limit: args.k,
-        path_glob: args.path,
-        language: args.lang,
-        kind: args.kind,
-        max_per_file: args.max_per_file,
-        mode: args.mode.into(),
-        explain: args.explain,
-    };
+    let req = super::search::request(&args);
     let searchers = MemberSearchers::open(&members, |m, index_dir| Searcher::open(&m.root, index_dir));
     for (m, e) in &searchers.unopened {
         eprintln!(

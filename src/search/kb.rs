@@ -161,26 +161,7 @@ pub fn remove(project_index_dir: &Path, name: &str) -> Result<KnowledgeBase> {
 }
 
 fn default_name(folder: &Path) -> String {
-    let raw = folder
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let cleaned: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    if cleaned.trim_matches('-').is_empty() {
-        "kb".to_string()
-    } else {
-        cleaned
-    }
+    crate::source::workspace::folder_name(folder, "kb")
 }
 
 fn check_name(name: &str) -> Result<()> {

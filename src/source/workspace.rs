@@ -241,6 +241,12 @@ fn relative_path(from: &Path, to: &Path) -> String {
 }
 
 fn default_name(root: &Path) -> String {
+    folder_name(root, "member")
+}
+
+/// A folder's name as a name ken shows (`-` for other characters than
+/// letters, digits, `-` and `_`; `fallback` when nothing is left).
+pub fn folder_name(root: &Path, fallback: &str) -> String {
     let raw = root
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -254,7 +260,7 @@ fn default_name(root: &Path) -> String {
         .take(64)
         .collect();
     match cleaned.trim_matches('-').is_empty() {
-        true => "member".to_string(),
+        true => fallback.to_string(),
         false => cleaned,
     }
 }
