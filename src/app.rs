@@ -17,6 +17,7 @@ use crate::index::semantic::{self, EmbedReport};
 use crate::index::{self, IndexOptions, IndexReport};
 use crate::search::kb::{self, KnowledgeBase, PROJECT};
 use crate::search::{SearchRequest, Searcher};
+use crate::source::workspace::Member;
 
 /// An index run and, when asked for, the embedding pass after it.
 pub struct Indexed {
@@ -197,5 +198,94 @@ impl Bases {
     pub fn into_searchers(self) -> impl Iterator<Item = (String, Searcher)> {
         let project = (PROJECT.to_string(), self.project);
         std::iter::once(project).chain(self.opened.into_iter().map(|(base, s)| (base.name, s)))
+    }
+}
+
+/// The chunks indexed for the current branch of `root`, None when `index_dir`
+/// holds no index.
+pub fn indexed_chunks(root: &Path, index_dir: &Path) -> Result<Option<u64>> {
+    if !crate::store::has_index(index_dir) {
+        return Ok(None);
+    }
+    let store = crate::store::Store::open_for_read(index_dir)?;
+    let branch = crate::source::git::head(root).catalog_key();
+    Ok(Some(index::BranchTotals::read(&store, &branch)?.chunks))
+}
+
+/// Callers or callees of `spec` within and across the workspace's members
+/// (`member`: look `spec` up in that one): the graph, the members' names by
+/// position, and what was left out.
+pub fn call_graph_across(
+    ws: &crate::source::workspace::Workspace,
+    spec: &str,
+    member: Option<&str>,
+    direction: crate::graph::query::Direction,
+    depth: usize,
+) -> Result<(crate::graph::workspace::CallGraphAcross, Vec<String>, Vec<String>)> {
+    if let Some(name) = member {
+        ws.select(&[name.to_string()])?;
+    }
+    let members: Vec<crate::graph::MemberIndex> = ws
+        .members
+        .iter()
+        .filter(|m| m.exists())
+        .map(|m| crate::graph::MemberIndex {
+            name: m.name.clone(),
+            root: m.root.clone(),
+            index_dir: crate::store::index_dir_for(&m.root),
+        })
+        .collect();
+    crate::graph::call_graph_across(&members, spec, member, direction, depth)
+}
+
+/// The searchers of a workspace's members, open for one search.
+pub struct MemberSearchers {
+    opened: Vec<(Member, Searcher)>,
+    /// The members that did not open, with why (they are not searched).
+    pub unopened: Vec<(Member, anyhow::Error)>,
+}
+
+impl MemberSearchers {
+    /// Opens `members` with `open` (from a member and its index folder).
+    pub fn open(members: &[Member], mut open: impl FnMut(&Member, &Path) -> Result<Searcher>) -> MemberSearchers {
+        let (mut opened, mut unopened) = (Vec::new(), Vec::new());
+        for member in members {
+            let index_dir = crate::store::index_dir_for(&member.root);
+            let searcher = match member.exists() {
+                true => open(member, &index_dir),
+                false => Err(anyhow::anyhow!("{}: no such folder", member.root.display())),
+            };
+            match searcher {
+                Ok(searcher) => opened.push((member.clone(), searcher)),
+                Err(e) => unopened.push((member.clone(), e)),
+            }
+        }
+        MemberSearchers { opened, unopened }
+    }
+
+    /// One ranked list from every open member ([`kb::search_members`]).
+    pub fn search(&self, req: &SearchRequest) -> Result<kb::Found> {
+        if self.opened.is_empty() {
+            let why: Vec<String> = self
+                .unopened
+                .iter()
+                .map(|(m, e)| format!("`{}`: {e:#}", m.name))
+                .collect();
+            anyhow::bail!(
+                "no member of the workspace can be searched ({}); `ken index` in the workspace folder indexes them all",
+                if why.is_empty() {
+                    "it has no members".to_string()
+                } else {
+                    why.join("; ")
+                }
+            );
+        }
+        let named: Vec<(&str, &Searcher)> = self.opened.iter().map(|(m, s)| (m.name.as_str(), s)).collect();
+        kb::search_members(&named, req)
+    }
+
+    /// The searchers, by member, to pool again.
+    pub fn into_searchers(self) -> impl Iterator<Item = (Member, Searcher)> {
+        self.opened.into_iter()
     }
 }

@@ -24,6 +24,12 @@ pub(super) struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(super) verbose: u8,
+    /// The workspace file (`ken.toml`, or its folder) whose members `index`,
+    /// `search` and `callgraph` work on together (default: the nearest
+    /// `ken.toml` with a `[workspace]` above the working directory, unless
+    /// --root is given).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) workspace: Option<PathBuf>,
     #[command(subcommand)]
     pub(super) command: Command,
 }
@@ -125,6 +131,31 @@ pub(super) enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Workspaces: several repositories (members, listed in `ken.toml`)
+    /// indexed, searched and call-graphed together.
+    Workspace {
+        #[command(subcommand)]
+        what: WorkspaceCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum WorkspaceCommand {
+    /// Add a repository as a member (creates `ken.toml` in the working
+    /// directory when there is none). Does not index it.
+    Add {
+        path: PathBuf,
+        /// Name shown in results (default: the folder's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the members: name, path, indexed or not, chunks.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a member (by name or path); its folder and index are kept.
+    Remove { member: String },
 }
 
 #[derive(Args, Debug)]
@@ -279,6 +310,9 @@ pub(super) struct SearchArgs {
     /// signature similarities, the fused score and every factor after it.
     #[arg(long)]
     pub(super) explain: bool,
+    /// In a workspace: only this member (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub(super) member: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -423,6 +457,9 @@ pub(super) struct CallgraphArgs {
     pub(super) depth: usize,
     #[arg(long)]
     pub(super) json: bool,
+    /// In a workspace: look the symbol up in this member only.
+    #[arg(long, value_name = "NAME")]
+    pub(super) member: Option<String>,
 }
 
 #[derive(Args, Debug)]

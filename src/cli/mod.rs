@@ -13,6 +13,7 @@ mod render;
 mod search;
 mod serve;
 mod status;
+mod workspace;
 
 use std::path::{Path, PathBuf};
 
@@ -51,13 +52,19 @@ fn run(cli: Cli) -> Result<i32> {
         root,
         index_dir,
         verbose,
+        workspace,
         command,
     } = cli;
     let at = Place {
         root: root.as_deref(),
         index_dir: index_dir.as_deref(),
+        workspace: workspace.as_deref(),
     };
     match command {
+        Command::Index(args) if args.path.is_none() => match at.workspace()? {
+            Some(ws) => workspace::index(&ws, &args),
+            None => index::index(&at, &args),
+        },
         Command::Index(args) => index::index(&at, &args),
         Command::Watch(args) => index::watch(&at, &args, verbose),
         Command::Embed {
@@ -69,14 +76,20 @@ fn run(cli: Cli) -> Result<i32> {
             false => index::embed(&at, quiet),
         },
         Command::Kb { what } => index::kb(&at, what),
-        Command::Search(args) => search::search(&at, args),
+        Command::Search(args) => match at.workspace()? {
+            Some(ws) => workspace::search(&ws, args),
+            None => search::search(&at, args),
+        },
         Command::Similar {
             target,
             k,
             include_source_file,
             json,
         } => search::similar(&at, &target, k, include_source_file, json),
-        Command::Callgraph(args) => graph::callgraph(&at, &args),
+        Command::Callgraph(args) => match at.workspace()? {
+            Some(ws) => workspace::callgraph(&ws, &args),
+            None => graph::callgraph(&at, &args),
+        },
         Command::Path(args) => graph::path(&at, &args),
         Command::Def(args) => graph::def(&at, &args),
         Command::Map(args) => context::map(&at, &args),
@@ -89,16 +102,43 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Serve(args) => serve::serve(&at, args),
         Command::Schemas { out } => serve::schemas(&out),
         Command::Bench { what } => bench::bench(&at, what),
+        Command::Workspace { what } => workspace::workspace(&at, what),
     }
 }
 
-/// Where a command works: the global `--root` and `--index-dir` as given.
+/// Where a command works: the global `--root`, `--index-dir` and `--workspace` as given.
 struct Place<'a> {
     root: Option<&'a Path>,
     index_dir: Option<&'a Path>,
+    workspace: Option<&'a Path>,
 }
 
 impl Place<'_> {
+    /// The workspace file to use: `--workspace` (a file or its folder), else
+    /// the nearest `ken.toml` with a `[workspace]` above the working
+    /// directory, unless `--root` or `--index-dir` names one repository.
+    fn workspace_file(&self) -> Result<Option<PathBuf>> {
+        if let Some(given) = self.workspace {
+            let file = match given.is_dir() {
+                true => given.join(crate::source::workspace::FILE_NAME),
+                false => given.to_path_buf(),
+            };
+            return Ok(Some(file));
+        }
+        if self.root.is_some() || self.index_dir.is_some() {
+            return Ok(None);
+        }
+        let cwd = std::env::current_dir().context("cannot read the working directory")?;
+        Ok(crate::source::workspace::find(&cwd))
+    }
+
+    /// The workspace in use, if any (see [`Place::workspace_file`]).
+    fn workspace(&self) -> Result<Option<crate::source::workspace::Workspace>> {
+        self.workspace_file()?
+            .map(|file| crate::source::workspace::Workspace::load(&file))
+            .transpose()
+    }
+
     /// The root and index folder of a command that reads an index: `--root`,
     /// else the nearest ancestor of the working directory with an index, else
     /// the top of its git work tree, else the working directory.

@@ -186,6 +186,32 @@ pub(super) fn print_definitions(found: &[Symbol], name: &str) {
     }
 }
 
+/// A workspace's call graph as [`call_tree`] draws it: each symbol's path
+/// starts with its member, and ids (per index) are made distinct per member.
+pub(super) fn named_members(g: crate::graph::workspace::CallGraphAcross, names: &[String]) -> CallGraph {
+    let named = |mut sym: Symbol, at: usize| {
+        sym.path = format!("[{}] {}", names.get(at).map_or("?", String::as_str), sym.path);
+        sym.id |= (at as i64) << 40;
+        sym
+    };
+    CallGraph {
+        symbol: named(g.symbol, g.member),
+        direction: g.direction,
+        depth: g.depth,
+        edges: g
+            .edges
+            .into_iter()
+            .map(|e| Edge {
+                from: named(e.edge.from.clone(), e.from_member),
+                to: named(e.edge.to.clone(), e.to_member),
+                ..e.edge
+            })
+            .collect(),
+        truncated: g.truncated,
+        note: g.note,
+    }
+}
+
 fn symbol_line(sym: &Symbol, s: Style) -> String {
     format!(
         "{} {}  {}",

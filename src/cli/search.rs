@@ -14,17 +14,14 @@ use crate::serve::wire;
 
 /// `ken search`: the project and its knowledge bases.
 pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
+    if !args.member.is_empty() {
+        anyhow::bail!(
+            "--member needs a workspace: a {} with a [workspace] here or above, or --workspace FILE",
+            crate::source::workspace::FILE_NAME
+        );
+    }
     let (root, index_dir) = at.read()?;
-    let req = SearchRequest {
-        query: args.query.join(" "),
-        limit: args.k,
-        path_glob: args.path,
-        language: args.lang,
-        kind: args.kind,
-        max_per_file: args.max_per_file,
-        mode: args.mode.into(),
-        explain: args.explain,
-    };
+    let req = request(&args);
     let bases = open_bases(&root, &index_dir, true)?;
     let kb::Found {
         hits,
@@ -60,6 +57,20 @@ pub(super) fn search(at: &Place, args: SearchArgs) -> Result<i32> {
         render::print_hits(&hits, &req.query);
     }
     Ok(0)
+}
+
+/// The search `ken search`'s arguments ask for.
+pub(super) fn request(args: &SearchArgs) -> SearchRequest {
+    SearchRequest {
+        query: args.query.join(" "),
+        limit: args.k,
+        path_glob: args.path.clone(),
+        language: args.lang.clone(),
+        kind: args.kind.clone(),
+        max_per_file: args.max_per_file,
+        mode: args.mode.into(),
+        explain: args.explain,
+    }
 }
 
 /// `ken similar`: code like a snippet or the chunk at `path:line`.
@@ -105,10 +116,27 @@ fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     Ok(serde_json::to_value(rows)?)
 }
 
+/// A workspace's results as a JSON array: each hit under the member (the
+/// name `hits` carry) it comes from.
+pub(super) fn json_member_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
+    let rows: Vec<JsonHit> = hits
+        .iter()
+        .map(|hit| JsonHit {
+            base: kb::PROJECT,
+            member: Some(&hit.0),
+            ..JsonHit::from(hit)
+        })
+        .collect();
+    Ok(serde_json::to_value(rows)?)
+}
+
 /// A result as `ken search --json` prints it (README: a stable format).
 #[derive(serde::Serialize)]
 struct JsonHit<'a> {
     base: &'a str,
+    /// In a workspace: the member the hit is in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member: Option<&'a str>,
     path: &'a str,
     start_line: u32,
     end_line: u32,
@@ -129,6 +157,7 @@ impl<'a> From<&'a BaseHit> for JsonHit<'a> {
     fn from((base, hit): &'a BaseHit) -> JsonHit<'a> {
         JsonHit {
             base,
+            member: None,
             path: &hit.path,
             start_line: hit.start_line,
             end_line: hit.end_line,

@@ -18,16 +18,33 @@ pub(super) fn serve(at: &Place, args: ServeArgs) -> Result<i32> {
     if args.list_tools {
         return list_tools(&tools);
     }
-    let (root, index_dir) = at.read()?;
+    let workspace = at.workspace()?;
+    let (root, index_dir) = match &workspace {
+        Some(ws) => served_member(ws)?,
+        None => at.read()?,
+    };
     let mut allowed_kb_folders = args.allow_kb;
     allowed_kb_folders.extend(settings.knowledge_bases.allow);
     let opts = crate::serve::ServeOptions {
         tools,
         allowed_kb_folders,
         watch: (!args.no_watch).then(crate::index::watch::WatchOptions::for_server),
+        workspace,
     };
     crate::serve::serve(root, index_dir, opts)?;
     Ok(0)
+}
+
+/// In a workspace, the member the server's other tools (and its watcher)
+/// work on: the one holding the working directory, else the first.
+fn served_member(ws: &crate::source::workspace::Workspace) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let cwd = std::env::current_dir()?;
+    let cwd = cwd.canonicalize().unwrap_or(cwd);
+    let member = ws
+        .member_holding(&cwd)
+        .or_else(|| ws.members.iter().find(|m| m.exists()))
+        .with_context(|| format!("{} has no member folder to serve ({})", ws.file.display(), ws.names()))?;
+    Ok((member.root.clone(), crate::store::index_dir_for(&member.root)))
 }
 
 /// `ken serve --list-tools`: each exposed tool and what it costs an agent's turn.

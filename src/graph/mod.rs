@@ -7,6 +7,7 @@
 
 pub mod query;
 pub mod resolve;
+pub mod workspace;
 
 use anyhow::Result;
 
@@ -45,4 +46,54 @@ pub fn definitions(
     let store = crate::store::Store::open_for_read(index_dir)?;
     let mut graph = query::Graph::open(&store, root)?;
     graph.definitions(name, kind, path_glob)
+}
+
+/// A workspace member's index, as the graph reads it.
+pub struct MemberIndex {
+    pub name: String,
+    pub root: std::path::PathBuf,
+    pub index_dir: std::path::PathBuf,
+}
+
+/// Callers or callees of `spec` across the members (`only`: the symbol is
+/// looked up in that member); a member without a code graph is left out and
+/// said in the returned notices.
+pub fn call_graph_across(
+    members: &[MemberIndex],
+    spec: &str,
+    only: Option<&str>,
+    direction: query::Direction,
+    depth: usize,
+) -> Result<(workspace::CallGraphAcross, Vec<String>, Vec<String>)> {
+    let mut notices = Vec::new();
+    let mut stores = Vec::new();
+    for m in members {
+        match crate::store::Store::open_for_read(&m.index_dir) {
+            Ok(store) => stores.push((m, store)),
+            Err(e) => notices.push(format!("member `{}` has no usable index: {e:#}", m.name)),
+        }
+    }
+    let mut graphs = Vec::new();
+    for (m, store) in &stores {
+        match query::Graph::open(store, &m.root) {
+            Ok(graph) => graphs.push(workspace::MemberGraph {
+                name: m.name.clone(),
+                graph,
+                packages: crate::source::manifest::packages(&m.root),
+            }),
+            Err(e) => notices.push(format!("member `{}` is left out: {e:#}", m.name)),
+        }
+    }
+    let names: Vec<String> = graphs.iter().map(|g| g.name.clone()).collect();
+    let only = match only {
+        Some(name) => match names.iter().position(|n| n == name) {
+            Some(at) => Some(at),
+            None => anyhow::bail!("member `{name}` has no code graph to look `{spec}` up in"),
+        },
+        None => None,
+    };
+    let mut across = workspace::Members { members: graphs };
+    let (at, symbol) = across.lookup_one(spec, only)?;
+    let graph = across.call_graph(at, &symbol, direction, depth)?;
+    Ok((graph, names, notices))
 }

@@ -375,7 +375,7 @@ impl<'c> Graph<'c> {
             .collect())
     }
 
-    fn caller_symbol(&mut self, r: &Ref) -> Result<Symbol> {
+    pub(super) fn caller_symbol(&mut self, r: &Ref) -> Result<Symbol> {
         Ok(match r.caller {
             Some(id) => self.symbol(id)?.unwrap_or_else(|| Symbol::module_of(r)),
             None => Symbol::module_of(r),

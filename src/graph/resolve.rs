@@ -117,10 +117,10 @@ pub fn edge_kind(r: &Ref, to: &Symbol) -> String {
 }
 
 /// A module named by an import, as path components.
-struct ModulePath {
-    comps: Vec<String>,
+pub(super) struct ModulePath {
+    pub(super) comps: Vec<String>,
     /// Resolved relative to the importing file: must match exactly.
-    anchored: bool,
+    pub(super) anchored: bool,
 }
 
 const MODULE_FILE_STEMS: &[&str] = &["__init__", "index", "mod"];
@@ -199,7 +199,7 @@ impl ModulePath {
     }
 
     /// Whether the file at `path` is this module, or in this package.
-    fn matches(&self, path: &str) -> bool {
+    pub(super) fn matches(&self, path: &str) -> bool {
         if self.comps.is_empty() {
             return false;
         }
@@ -233,6 +233,46 @@ fn local_names(imp: &Ref) -> Vec<&str> {
         }
         Some(m) if module_only(imp) => vec![imp.name.as_str(), m.as_str()],
         _ => vec![imp.name.as_str()],
+    }
+}
+
+/// What the import `imp` gives the name `local` of the reference `r` (its
+/// receiver or its own name): the module as imported, the module the name
+/// comes from and the name wanted there.
+fn binding<'i>(r: &Ref, imp: &'i Ref, local: &str) -> Option<(&'i str, String, String)> {
+    let is_receiver = r.receiver.as_deref() == Some(local);
+    let separator = if family(&r.language) == "python" { "." } else { "/" };
+    // The receiver may go further into the module: `flask.helpers.f()`.
+    let bound = local_names(imp)
+        .into_iter()
+        .find(|&n| n == local || (is_receiver && local.strip_prefix(n).is_some_and(|rest| rest.starts_with('.'))))?;
+    let module = imp.module.as_deref()?;
+    let deeper = local[bound.len()..].trim_start_matches('.').replace('.', separator);
+    // `from pkg import mod; mod.f()`: the module is pkg/mod.
+    let (mut module_text, wanted) = match (is_receiver, module_only(imp)) {
+        (true, false) => (format!("{module}{separator}{}", imp.name), r.name.clone()),
+        // `import a.b` then `a.f()`: the module is `a`.
+        (true, true) if imp.alias.is_none() && module.starts_with(&format!("{bound}.")) => {
+            (bound.to_string(), r.name.clone())
+        }
+        (true, true) => (module.to_string(), r.name.clone()),
+        (false, _) => (module.to_string(), imp.name.clone()),
+    };
+    if !deeper.is_empty() {
+        module_text = format!("{module_text}{separator}{deeper}");
+    }
+    Some((module, module_text, wanted))
+}
+
+/// Whether `s` is what a reference of `r`'s kind can mean.
+pub(super) fn fits(r: &Ref, s: &Symbol) -> bool {
+    let kind = s.kind.as_str();
+    match r.kind.as_str() {
+        "call" => CALLABLE.contains(&kind) || CONSTRUCTIBLE.contains(&kind),
+        "method_call" => CALLABLE.contains(&kind),
+        "constructor" => CONSTRUCTIBLE.contains(&kind),
+        "inherits" | "implements" => TYPES.contains(&kind),
+        _ => false,
     }
 }
 
@@ -338,29 +378,10 @@ impl Graph<'_> {
     fn through_import(&mut self, r: &Ref, local: &str, keep: &dyn Fn(&Symbol) -> bool) -> Result<ImportHit> {
         let imports = self.imports_of(r.file_id)?;
         let is_receiver = r.receiver.as_deref() == Some(local);
-        let separator = if family(&r.language) == "python" { "." } else { "/" };
         for imp in imports.iter() {
-            // The receiver may go further into the module: `flask.helpers.f()`.
-            let Some(bound) = local_names(imp).into_iter().find(|&n| {
-                n == local || (is_receiver && local.strip_prefix(n).is_some_and(|rest| rest.starts_with('.')))
-            }) else {
+            let Some((module, module_text, wanted)) = binding(r, imp, local) else {
                 continue;
             };
-            let Some(module) = imp.module.as_deref() else { continue };
-            let deeper = local[bound.len()..].trim_start_matches('.').replace('.', separator);
-            // `from pkg import mod; mod.f()`: the module is pkg/mod.
-            let (mut module_text, wanted) = match (is_receiver, module_only(imp)) {
-                (true, false) => (format!("{module}{separator}{}", imp.name), r.name.clone()),
-                // `import a.b` then `a.f()`: the module is `a`.
-                (true, true) if imp.alias.is_none() && module.starts_with(&format!("{bound}.")) => {
-                    (bound.to_string(), r.name.clone())
-                }
-                (true, true) => (module.to_string(), r.name.clone()),
-                (false, _) => (module.to_string(), imp.name.clone()),
-            };
-            if !deeper.is_empty() {
-                module_text = format!("{module_text}{separator}{deeper}");
-            }
             let path = ModulePath::new(&r.path, &r.language, &module_text);
             let own = ModulePath::crate_root(&r.path, &r.language, &module_text);
             for module_path in std::iter::once(&path).chain(own.as_ref()) {
@@ -400,6 +421,24 @@ impl Graph<'_> {
             }
         }
         Ok(ImportHit::NotImported)
+    }
+
+    /// Where the imports of `r`'s file say its name comes from: (the module,
+    /// the name wanted there, whether through the receiver). A Rust path
+    /// call (`lib::util::f()`) names its module itself.
+    pub(super) fn imported_from(&mut self, r: &Ref) -> Result<Vec<(String, String, bool)>> {
+        let local = r.receiver.clone().unwrap_or_else(|| r.name.clone());
+        let through_receiver = r.receiver.is_some();
+        let mut out: Vec<(String, String, bool)> = self
+            .imports_of(r.file_id)?
+            .iter()
+            .filter_map(|imp| binding(r, imp, &local))
+            .map(|(_, module, wanted)| (module, wanted, through_receiver))
+            .collect();
+        if r.language == "rust" && local.contains("::") {
+            out.push((local, r.name.clone(), true));
+        }
+        Ok(out)
     }
 
     /// Definitions named `name` (in the family of `r`) in the files of

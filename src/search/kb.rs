@@ -161,26 +161,7 @@ pub fn remove(project_index_dir: &Path, name: &str) -> Result<KnowledgeBase> {
 }
 
 fn default_name(folder: &Path) -> String {
-    let raw = folder
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let cleaned: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    if cleaned.trim_matches('-').is_empty() {
-        "kb".to_string()
-    } else {
-        cleaned
-    }
+    crate::source::workspace::folder_name(folder, "kb")
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -252,6 +233,8 @@ pub fn allowed_folder(folder: &Path) -> Result<PathBuf> {
 pub struct BaseHits {
     pub base: String,
     pub hits: Vec<SearchHit>,
+    /// Scales the list's reciprocal ranks (1 for knowledge bases).
+    pub weight: f64,
 }
 
 /// Merges per-base result lists by reciprocal rank: each base's best result
@@ -261,7 +244,7 @@ pub fn fuse(lists: Vec<BaseHits>, limit: usize) -> Vec<BaseHit> {
     let mut all: Vec<(f64, usize, usize, String, SearchHit)> = Vec::new();
     for (base_rank, list) in lists.into_iter().enumerate() {
         for (rank, hit) in list.hits.into_iter().enumerate() {
-            let fused = 1.0 / (DEFAULT_RRF_K + rank as f64 + 1.0);
+            let fused = list.weight / (DEFAULT_RRF_K + rank as f64 + 1.0);
             all.push((fused, base_rank, rank, list.base.clone(), hit));
         }
     }
@@ -289,39 +272,89 @@ pub fn search_all(
     req: &SearchRequest,
     include_project: bool,
 ) -> Result<Found> {
-    let mut lists = Vec::new();
-    let mut notices = Vec::new();
-    let mut confidences = Vec::new();
+    let mut lists = Lists::default();
     if include_project {
         let (hits, confidence) = project.search_rated(req)?;
-        lists.push(BaseHits {
-            base: PROJECT.to_string(),
-            hits,
-        });
-        confidences.push(confidence);
-        notices.extend(project.notice());
+        lists.push(PROJECT, hits, confidence, 1.0);
+        lists.notices.extend(project.notice());
     }
     for (base, searcher) in bases {
         match searcher.search_rated(req) {
-            Ok((hits, confidence)) => {
-                lists.push(BaseHits {
-                    base: base.name.clone(),
-                    hits,
-                });
-                confidences.push(confidence);
-            }
-            Err(e) => notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
+            Ok((hits, confidence)) => lists.push(&base.name, hits, confidence, 1.0),
+            Err(e) => lists.notices.push(format!("knowledge base `{}`: {e:#}", base.name)),
         }
     }
-    let confidence = confidences
-        .into_iter()
-        .reduce(|a, b| if b.score > a.score { b } else { a })
-        .unwrap_or_else(Confidence::none);
-    Ok(Found {
-        hits: fuse(lists, req.limit),
-        notices,
-        confidence,
-    })
+    Ok(lists.fused(req.limit))
+}
+
+/// Searches a workspace's members (in the workspace's order) as one list,
+/// each hit under its member's name. Their BM25 statistics and vector
+/// neighbourhoods differ per index, so raw scores are never compared across
+/// members: the lists are merged by reciprocal rank ([`fuse`]), each list's
+/// ranks scaled by its confidence score (the share of the query's weighted
+/// terms its best hits hold, 0..1, normalised within its own index, so
+/// comparable), so a member that barely matches ranks below one that
+/// matches well. Ties go to the member listed first, then to the better
+/// rank: the merge is deterministic. A member whose search fails is said in
+/// the notices; if every member fails, so does the search.
+pub fn search_members(members: &[(&str, &Searcher)], req: &SearchRequest) -> Result<Found> {
+    let mut lists = Lists::default();
+    let mut failed = None;
+    for (name, searcher) in members {
+        match searcher.search_rated(req) {
+            Ok((hits, confidence)) => {
+                // A floor keeps a weak member's results in the list, below the others.
+                let weight = confidence.score.clamp(MIN_MEMBER_WEIGHT, 1.0);
+                lists.push(name, hits, confidence, weight);
+                lists
+                    .notices
+                    .extend(searcher.notice().map(|n| format!("member `{name}`: {n}")));
+            }
+            Err(e) => {
+                lists.notices.push(format!("member `{name}` is not searched: {e:#}"));
+                failed = Some(e);
+            }
+        }
+    }
+    match (lists.lists.is_empty(), failed) {
+        (true, Some(e)) => Err(e),
+        _ => Ok(lists.fused(req.limit)),
+    }
+}
+
+/// The least a member's list is scaled by (see [`search_members`]).
+const MIN_MEMBER_WEIGHT: f64 = 0.05;
+
+/// Result lists gathered from several indexes, to fuse.
+#[derive(Default)]
+struct Lists {
+    lists: Vec<BaseHits>,
+    notices: Vec<String>,
+    confidences: Vec<Confidence>,
+}
+
+impl Lists {
+    fn push(&mut self, base: &str, hits: Vec<SearchHit>, confidence: Confidence, weight: f64) {
+        self.lists.push(BaseHits {
+            base: base.to_string(),
+            hits,
+            weight,
+        });
+        self.confidences.push(confidence);
+    }
+
+    fn fused(self, limit: usize) -> Found {
+        let confidence = self
+            .confidences
+            .into_iter()
+            .reduce(|a, b| if b.score > a.score { b } else { a })
+            .unwrap_or_else(Confidence::none);
+        Found {
+            hits: fuse(self.lists, limit),
+            notices: self.notices,
+            confidence,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -390,10 +423,12 @@ mod tests {
                 BaseHits {
                     base: "project".into(),
                     hits: vec![hit("a"), hit("b")],
+                    weight: 1.0,
                 },
                 BaseHits {
                     base: "docs".into(),
                     hits: vec![hit("x"), hit("y")],
+                    weight: 1.0,
                 },
             ],
             3,

@@ -55,6 +55,8 @@ pub struct KenServer {
     allowed_kb_folders: Arc<Vec<PathBuf>>,
     /// There was no index when the server started: its watcher builds the first.
     first_index: bool,
+    /// The workspace whose members the search tool searches together, if any.
+    members: Option<Arc<crate::source::workspace::Workspace>>,
 }
 
 /// How `ken serve` runs; the CLI reads every setting once into this.
@@ -67,6 +69,8 @@ pub struct ServeOptions {
     pub allowed_kb_folders: Vec<PathBuf>,
     /// Keep the index fresh with a watcher meanwhile.
     pub watch: Option<crate::index::watch::WatchOptions>,
+    /// A workspace whose members codebase_search searches together.
+    pub workspace: Option<crate::source::workspace::Workspace>,
 }
 
 /// Every tool ken has, with its schemas made standard and lean.
@@ -90,6 +94,19 @@ pub fn selected_tools(spec: &[String]) -> anyhow::Result<ToolRouter<KenServer>> 
         router.remove_route(name);
     }
     Ok(router)
+}
+
+/// Outside a workspace the member filter is left out of the schemas: no
+/// tokens spent on it, and an agent passing it is told it is unknown.
+fn without_workspace_arguments(router: &mut ToolRouter<KenServer>) {
+    for route in router.map.values_mut() {
+        let mut schema = route.attr.input_schema.as_ref().clone();
+        if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+            if properties.remove("member").is_some() {
+                route.attr.input_schema = Arc::new(schema);
+            }
+        }
+    }
 }
 
 /// Arguments a tool does not take, as the error an agent can correct itself by.
@@ -136,6 +153,7 @@ impl KenServer {
             allowed_kb_folders: Arc::new(allowed_kb_folders),
             first_index: !crate::store::has_index(&index_dir),
             index_dir,
+            members: None,
         }
     }
 
@@ -278,7 +296,10 @@ impl ServerHandler for KenServer {
 /// Serves MCP on stdin/stdout until the client closes stdin; with a
 /// watcher, the index stays fresh meanwhile.
 pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::Result<()> {
-    let tools = selected_tools(&opts.tools)?;
+    let mut tools = selected_tools(&opts.tools)?;
+    if opts.workspace.is_none() {
+        without_workspace_arguments(&mut tools);
+    }
     let log = log_path(&index_dir);
     if let Err(e) = crate::serve::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());
@@ -305,6 +326,7 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
         .collect();
     let mut server = KenServer::new(root, index_dir, tools, allowed);
     server.watch = watcher.as_ref().map(|w| w.state());
+    server.members = opts.workspace.map(Arc::new);
     server.load_model_in_background();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(async move {

@@ -11,11 +11,12 @@ use rmcp::ErrorData;
 use super::tools::{blocking, data_result, json_result, tool_error};
 use super::wire::{self, Hit, QuestionArgs, SearchArgs, SearchOutput, SimilarArgs};
 use super::KenServer;
-use crate::app::Bases;
+use crate::app::{Bases, MemberSearchers};
 use crate::context::question::{QuestionContext, QuestionRequest};
 use crate::index::freshness::Freshness;
 use crate::search::kb::{BaseHit, KnowledgeBase, PROJECT};
 use crate::search::SearchRequest;
+use crate::source::workspace::{Member, Workspace};
 
 /// How long a search waits for the watcher's first lexical commit.
 const FIRST_INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -55,6 +56,7 @@ impl KenServer {
         }
         let token_budget = args.token_budget;
         let only = args.base.clone();
+        let members = args.member.clone();
         let req = SearchRequest {
             query: args.query,
             limit,
@@ -67,6 +69,16 @@ impl KenServer {
         };
         let server = self.clone();
         let started = Instant::now();
+        if let Some(workspace) = self.members.clone() {
+            let outcome = blocking(move || server.search_members(&workspace, &req, members.as_deref())).await?;
+            return match outcome {
+                Ok(found) => {
+                    self.metrics.query(started.elapsed(), false);
+                    json_result(&found.output(&self.root, with_code, token_budget))
+                }
+                Err(e) => Ok(tool_error(format!("{e:#}"))),
+            };
+        }
         let outcome = blocking(move || server.search_bases(&req, only.as_deref())).await?;
         let BasesFound {
             hits,
@@ -177,6 +189,35 @@ impl KenServer {
         })
     }
 
+    /// Searches the workspace's members (those of `only`, else all) with pooled searchers.
+    fn search_members(
+        &self,
+        workspace: &Workspace,
+        req: &SearchRequest,
+        only: Option<&[String]>,
+    ) -> anyhow::Result<MembersFound> {
+        let members = workspace.select(only.unwrap_or_default())?;
+        let key = |m: &Member| format!("member:{}", m.name);
+        let searchers = MemberSearchers::open(&members, |m, index_dir| self.pool.take(&key(m), &m.root, index_dir));
+        let mut notices: Vec<String> = searchers
+            .unopened
+            .iter()
+            .map(|(m, e)| format!("member `{}` is not searchable: {e:#}", m.name))
+            .collect();
+        let outcome = searchers.search(req);
+        for (member, searcher) in searchers.into_searchers() {
+            self.pool.give(&key(&member), searcher);
+        }
+        let found = outcome?;
+        notices.extend(found.notices);
+        Ok(MembersFound {
+            members,
+            hits: found.hits,
+            notices,
+            confidence: found.confidence,
+        })
+    }
+
     /// The project's searcher and those of `bases`, from the pool.
     fn open_bases(&self, bases: &[KnowledgeBase]) -> anyhow::Result<Bases> {
         let project = self.pool.take(PROJECT, &self.root, &self.index_dir)?;
@@ -236,6 +277,37 @@ impl KenServer {
     }
 }
 
+/// What a search of a workspace's members found.
+struct MembersFound {
+    members: Vec<Member>,
+    hits: Vec<BaseHit>,
+    notices: Vec<String>,
+    confidence: crate::search::confidence::Confidence,
+}
+
+impl MembersFound {
+    /// The tool's answer: each hit names its member; those of members other
+    /// than the server's root carry their absolute path.
+    fn output(self, root: &Path, with_code: bool, budget: Option<usize>) -> SearchOutput {
+        let names: Vec<String> = self.hits.iter().map(|(member, _)| member.clone()).collect();
+        let hits = self.hits.into_iter().map(|(_, h)| (PROJECT.to_string(), h)).collect();
+        let mut results = to_hits(hits, &[], with_code, budget);
+        for (hit, name) in results.iter_mut().zip(names) {
+            let member = self.members.iter().find(|m| m.name == name);
+            hit.absolute_path = member
+                .filter(|m| m.root != root)
+                .map(|m| m.root.join(&hit.path).display().to_string());
+            hit.member = Some(name);
+        }
+        SearchOutput {
+            confidence: Some(self.confidence.into()),
+            results,
+            notice: (!self.notices.is_empty()).then(|| self.notices.join("; ")),
+            index: None,
+        }
+    }
+}
+
 /// A tool's `limit`: 10 by default, 1 to 100 (0 is an error, not one result).
 fn result_limit(limit: Option<usize>) -> Result<usize, String> {
     match limit.unwrap_or(10) {
@@ -262,6 +334,7 @@ fn to_hits(hits: Vec<BaseHit>, bases: &[KnowledgeBase], with_code: bool, budget:
             .map(|b| b.root().join(&h.path).display().to_string());
         out.push(Hit {
             base,
+            member: None,
             path: h.path,
             absolute_path,
             start_line: h.start_line,

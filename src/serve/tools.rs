@@ -252,9 +252,26 @@ name returns candidates.",
             let direction = args.direction.unwrap_or(Direction::Callers).into();
             let depth = args.depth.unwrap_or(1).clamp(1, 10);
             let (root, dir) = (self.root.clone(), self.index_dir.clone());
-            blocking(move || crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth).map(CallGraph::from))
+            match self.members.clone() {
+                // In a workspace: within and across members, each symbol naming its member.
+                Some(ws) => blocking(move || {
+                    let (graph, names, left_out) =
+                        crate::app::call_graph_across(&ws, &args.symbol, args.member.as_deref(), direction, depth)?;
+                    let mut graph = CallGraph::across(graph, &names);
+                    if !left_out.is_empty() {
+                        let said = graph.note.take().into_iter().chain(left_out);
+                        graph.note = Some(said.collect::<Vec<_>>().join("; "));
+                    }
+                    Ok(graph)
+                })
                 .await
-                .and_then(data_result)
+                .and_then(data_result),
+                None => blocking(move || {
+                    crate::graph::call_graph(&root, &dir, &args.symbol, direction, depth).map(CallGraph::from)
+                })
+                .await
+                .and_then(data_result),
+            }
         };
         self.finish("call_graph", started, result)
     }

@@ -10,4 +10,6 @@ pub mod extract;
 pub mod git;
 pub mod lang;
 pub mod lexical;
+pub mod manifest;
 pub mod paths;
+pub mod workspace;

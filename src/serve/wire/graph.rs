@@ -19,6 +19,9 @@ pub struct Symbol {
     pub line: u32,
     pub end_line: u32,
     pub language: String,
+    /// The workspace member it is in (only in a workspace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 impl From<query::Symbol> for Symbol {
@@ -32,6 +35,7 @@ impl From<query::Symbol> for Symbol {
             line: s.line,
             end_line: s.end_line,
             language: s.language,
+            member: None,
         }
     }
 }
@@ -171,6 +175,39 @@ impl From<query::CallGraph> for CallGraph {
             direction: g.direction.into(),
             depth: g.depth,
             edges: edges(g.edges),
+            truncated: g.truncated,
+            note: g.note,
+        }
+    }
+}
+
+impl CallGraph {
+    /// Callers or callees across a workspace's members (`names`, by
+    /// position), every symbol naming its member.
+    pub fn across(g: crate::graph::workspace::CallGraphAcross, names: &[String]) -> CallGraph {
+        let named = |s: query::Symbol, at: usize| Symbol {
+            member: names.get(at).cloned(),
+            ..Symbol::from(s)
+        };
+        CallGraph {
+            symbol: named(g.symbol, g.member),
+            direction: g.direction.into(),
+            depth: g.depth,
+            edges: g
+                .edges
+                .into_iter()
+                .map(|e| {
+                    let (from, to) = (
+                        named(e.edge.from.clone(), e.from_member),
+                        named(e.edge.to.clone(), e.to_member),
+                    );
+                    Edge {
+                        from,
+                        to,
+                        ..Edge::from(e.edge)
+                    }
+                })
+                .collect(),
             truncated: g.truncated,
             note: g.note,
         }

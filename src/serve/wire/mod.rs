@@ -99,6 +99,9 @@ pub struct SearchArgs {
     /// Say why each result ranks where it does.
     #[serde(default)]
     pub explain: Option<bool>,
+    /// Only these workspace members (default: all).
+    #[serde(default)]
+    pub member: Option<Vec<String>>,
 }
 
 /// codebase_peek takes the filters of a search; what shapes code it does not return is left out.
@@ -138,6 +141,7 @@ impl From<PeekArgs> for SearchArgs {
             token_budget: None,
             base: None,
             explain: None,
+            member: None,
         }
     }
 }
@@ -185,6 +189,9 @@ pub struct CallGraphArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 10))]
     pub depth: Option<usize>,
+    /// Look the symbol up in this workspace member only.
+    #[serde(default)]
+    pub member: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

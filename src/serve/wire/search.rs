@@ -35,6 +35,9 @@ impl From<SearchMode> for search::SearchMode {
 pub struct Hit {
     /// `project`, or the knowledge base the result comes from.
     pub base: String,
+    /// The workspace member the result is in (only in a workspace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
     /// Relative to the base's root.
     pub path: String,
     /// The file's absolute path, for results from a knowledge base.
