@@ -47,7 +47,8 @@ pub fn tree_to_export(root: &Path, file: &Path, allow_dirty: bool) -> Result<Exp
     let target = file
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(std::env::current_dir, Path::canonicalize)
+        .map_or_else(std::env::current_dir, |dir| Ok(dir.to_path_buf()))
+        .and_then(|dir| dir.canonicalize())
         .ok()
         .and_then(|dir| Some(dir.join(file.file_name()?)));
     let ours = |path: &str| target.as_ref().is_some_and(|t| *t == root.join(path));
