@@ -223,6 +223,11 @@ fn compress(db: &Path) -> Result<Vec<u8>> {
 fn checksum_of(payload: &[u8]) -> String {
     let mut hasher = Xxh3::new();
     hasher.update(payload);
+    checksum_text(&hasher)
+}
+
+/// The checksum as the header writes it.
+fn checksum_text(hasher: &Xxh3) -> String {
     format!("xxh3-128:{:032x}", hasher.digest128())
 }
 
@@ -256,7 +261,7 @@ pub fn verify_snapshot(file: &Path) -> Result<SnapshotHeader> {
         }
         hasher.update(&buffer[..n]);
     }
-    let found = format!("xxh3-128:{:032x}", hasher.digest128());
+    let found = checksum_text(&hasher);
     if found != header.checksum {
         bail!(
             "{} is damaged: its checksum is {found}, its header says {}; copy it again",
