@@ -278,3 +278,66 @@ fn uncommitted_changes_are_exported_only_when_asked_for() {
     let made = run_ok(&origin, &["index", "--json", "--no-embed", "--export", "shared.ken"]);
     assert_eq!(made["exported"]["dirty"], false, "{made}");
 }
+
+#[test]
+fn exports_made_while_a_watcher_writes_are_whole_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = origin(dir.path());
+    run_ok(&origin, &["index", "--json", "--no-embed"]);
+    let mut watcher = common::spawn_silent(
+        &common::ken_bin(),
+        &origin,
+        &["watch", "--no-embed", "--debounce-ms", "10"],
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, origin) = (stop.clone(), origin.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                write(
+                    &origin,
+                    &format!("src/churn_{}.py", n % 7),
+                    &format!("def churn_{n}():\n    return {n}\n"),
+                );
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            n
+        })
+    };
+    let files: Vec<_> = (0..3)
+        .map(|i| {
+            let file = dir.path().join(format!("during_{i}.ken"));
+            let made = run_ok(
+                &origin,
+                &[
+                    "index",
+                    "--json",
+                    "--no-embed",
+                    "--allow-dirty",
+                    "--export",
+                    file.to_str().unwrap(),
+                ],
+            );
+            assert_eq!(made["exported"]["dirty"], true);
+            file
+        })
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(writer.join().unwrap() > 10, "the files changed while exporting");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    for (i, file) in files.iter().enumerate() {
+        let here = clone(dir.path(), &origin, &format!("clone_{i}"));
+        let caught_up = run_ok(
+            &here,
+            &["index", "--json", "--no-embed", "--import", file.to_str().unwrap()],
+        );
+        // The churned files are not in the clone: they leave its catalog.
+        assert_eq!(caught_up["parsed"], 0, "{caught_up}");
+        let health = run(&here, &["health", "--full"], &[]);
+        assert!(health.status.success(), "{}", String::from_utf8_lossy(&health.stdout));
+        assert_eq!(top(&here, "lexical", "parse_config")[0].0, "src/auth/jwt.py");
+    }
+}
