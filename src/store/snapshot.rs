@@ -353,7 +353,14 @@ pub fn install_snapshot(file: &Path, header: &SnapshotHeader, dir: &Path, branch
     }
     let _lock = lock_dir(dir, WRITE_LOCK_TIMEOUT)?;
     let db = dir.join(DB_FILE);
-    remove_db_files(&db)?;
+    // The old database's WAL must not be replayed into the new one; the
+    // rename then replaces the old database in one step (as a rebuild does).
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let side = dir.join(format!("{DB_FILE}{suffix}"));
+        if side.exists() {
+            fs::remove_file(&side).with_context(|| format!("cannot remove {}", side.display()))?;
+        }
+    }
     // The old index's HNSW files do not hold these vectors: made again from them.
     for entry in fs::read_dir(dir)?.flatten() {
         let name = entry.file_name();
