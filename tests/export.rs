@@ -53,6 +53,14 @@ fn top(dir: &Path, mode: &str, query: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `ken index --export FILE` of a working tree with uncommitted changes.
+fn export_dirty(dir: &Path, file: &str) -> Value {
+    run_ok(
+        dir,
+        &["index", "--json", "--no-embed", "--allow-dirty", "--export", file],
+    )
+}
+
 /// A committed repository at `dir/origin`.
 fn origin(dir: &Path) -> std::path::PathBuf {
     let root = dir.join("origin");
@@ -262,17 +270,7 @@ fn uncommitted_changes_are_exported_only_when_asked_for() {
     assert!(said.contains("uncommitted changes (src/draft.py)"), "{said}");
     assert!(said.contains("--allow-dirty"), "{said}");
     assert!(!file.exists());
-    let made = run_ok(
-        &origin,
-        &[
-            "index",
-            "--json",
-            "--no-embed",
-            "--allow-dirty",
-            "--export",
-            "shared.ken",
-        ],
-    );
+    let made = export_dirty(&origin, "shared.ken");
     assert_eq!(made["exported"]["dirty"], true);
     std::fs::remove_file(origin.join("src/draft.py")).unwrap();
     let made = run_ok(&origin, &["index", "--json", "--no-embed", "--export", "shared.ken"]);
@@ -309,17 +307,7 @@ fn exports_made_while_a_watcher_writes_are_whole_indexes() {
     let files: Vec<_> = (0..3)
         .map(|i| {
             let file = dir.path().join(format!("during_{i}.ken"));
-            let made = run_ok(
-                &origin,
-                &[
-                    "index",
-                    "--json",
-                    "--no-embed",
-                    "--allow-dirty",
-                    "--export",
-                    file.to_str().unwrap(),
-                ],
-            );
+            let made = export_dirty(&origin, file.to_str().unwrap());
             assert_eq!(made["exported"]["dirty"], true);
             file
         })
