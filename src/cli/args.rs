@@ -247,6 +247,23 @@ pub(super) struct IndexArgs {
     /// Allow indexing `/` or the home folder.
     #[arg(long)]
     pub(super) allow_broad_root: bool,
+    /// After indexing, write the index of the checked-out commit (and its
+    /// vectors) to FILE: one compressed, checksummed file to share
+    /// (`--import` it elsewhere).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["import", "background"])]
+    pub(super) export: Option<PathBuf>,
+    /// With --export: export a working tree with uncommitted changes too
+    /// (the file says it holds them).
+    #[arg(long, requires = "export")]
+    pub(super) allow_dirty: bool,
+    /// Start from an index file made by `--export` (checked whole first),
+    /// then catch up with the working tree: only files whose content
+    /// differs are parsed and embedded.
+    #[arg(long, value_name = "FILE")]
+    pub(super) import: Option<PathBuf>,
+    /// With --import: replace an existing index.
+    #[arg(long, requires = "import")]
+    pub(super) force: bool,
 }
 
 #[derive(Args, Debug)]

@@ -11,6 +11,7 @@ use super::{render, Place};
 use crate::app;
 use crate::index::progress::Reporter;
 use crate::index::semantic::{self, EmbedReport};
+use crate::index::share;
 use crate::index::IndexOptions;
 use crate::search::kb;
 use crate::serve::wire;
@@ -32,6 +33,15 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
         reporter: Reporter::terminal(!args.quiet && std::io::stderr().is_terminal()).with_cancel(stop_on_interrupt()),
         lock_timeout: crate::store::WRITE_LOCK_TIMEOUT,
         ..IndexOptions::default()
+    };
+    let to_export = args
+        .export
+        .as_deref()
+        .map(|file| share::tree_to_export(&root, file, args.allow_dirty))
+        .transpose()?;
+    let imported = match &args.import {
+        Some(file) => Some(import(&root, &index_dir, file, args)?),
+        None => None,
     };
     let embed_here = (!args.no_embed && !args.background).then_some(match args.wait_for_adapter {
         true => app::FitWhen::Now,
@@ -64,10 +74,16 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
     let indexed = indexed?;
     let (report, embedding) = (indexed.report, indexed.embedding.and_then(warn_unembedded));
     let adapter = indexed.adapter.as_ref().and_then(app::Adapter::describe);
+    let exported = match (&args.export, &to_export) {
+        (Some(file), Some(tree)) => Some(share::export(&index_dir, tree, file)?),
+        _ => None,
+    };
     if args.json {
         let mut value = serde_json::to_value(wire::IndexReport::from(report))?;
         value["embedding"] = serde_json::to_value(embedding.map(wire::EmbedReport::from))?;
         value["query_adapter"] = serde_json::to_value(&adapter)?;
+        value["imported"] = serde_json::to_value(imported.map(wire::SharedIndexFile::from))?;
+        value["exported"] = serde_json::to_value(exported.map(wire::SharedIndexFile::from))?;
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if !args.quiet {
         if let Some(e) = &embedding {
@@ -76,8 +92,30 @@ pub(super) fn index(at: &Place, args: &IndexArgs) -> Result<i32> {
         if let Some(adapter) = &adapter {
             println!("  query adapter: {adapter}");
         }
+        if let Some(exported) = &exported {
+            println!("exported {} to {}", exported.describe(), exported.file.display());
+        }
     }
     Ok(0)
+}
+
+/// `ken index --import FILE`: the file checked and installed (against the
+/// embedder this checkout uses, unless `--no-embed`); the run that follows
+/// catches up with the working tree.
+fn import(root: &Path, index_dir: &Path, file: &Path, args: &IndexArgs) -> Result<share::SharedFile> {
+    let embedder = match args.no_embed {
+        true => None,
+        false => Some(crate::embed::configured_embedder()?.0.id().to_string()),
+    };
+    let imported = share::import(root, index_dir, file, args.force, embedder.as_deref())?;
+    if !args.json && !args.quiet {
+        println!(
+            "imported {} from {}; catching up with the working tree",
+            imported.describe(),
+            file.display()
+        );
+    }
+    Ok(imported)
 }
 
 /// Says what an interrupted run kept; the exit code of an interrupt.

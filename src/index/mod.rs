@@ -15,6 +15,7 @@ pub mod freshness;
 pub mod health;
 pub mod progress;
 pub mod semantic;
+pub mod share;
 pub mod status;
 pub mod watch;
 

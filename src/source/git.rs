@@ -118,6 +118,27 @@ fn head_with_libgit2(root: &Path) -> Option<Head> {
     Some(head)
 }
 
+/// The paths with uncommitted changes under `root` (staged, unstaged, or
+/// untracked and not ignored), at most `limit` of them; `None` outside git.
+pub fn uncommitted_paths(root: &Path, limit: usize) -> Option<Vec<String>> {
+    let repo = open_repository(root)?;
+    let mut options = git2::StatusOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut options)).ok()?;
+    Some(
+        statuses
+            .iter()
+            .filter(|s| s.status() != git2::Status::CURRENT)
+            .filter_map(|s| s.path().ok().map(str::to_string))
+            .take(limit)
+            .collect(),
+    )
+}
+
 /// The local branch names of the repository governing `root`; `None`
 /// outside git or when they cannot be listed (then nothing is collected).
 pub fn local_branches(root: &Path) -> Option<Vec<String>> {

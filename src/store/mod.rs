@@ -34,7 +34,8 @@
 //! - [`embeddings`]: the vectors' rows;
 //! - [`vectors`]: the HNSW file derived from them;
 //! - [`adapter`]: the query adapter's rows;
-//! - [`cache`]: the per-user vector cache (a database of its own).
+//! - [`cache`]: the per-user vector cache (a database of its own);
+//! - [`snapshot`]: the shared index file (`ken index --export` / `--import`).
 
 pub mod adapter;
 pub mod bm25;
@@ -51,6 +52,7 @@ pub mod meta;
 mod open;
 mod rebuild;
 mod schema;
+pub mod snapshot;
 pub mod vectors;
 pub mod write;
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use rmcp::schemars;
 use serde::{Serialize, Serializer};
 
-use crate::index::{fit, freshness, health, semantic, status};
+use crate::index::{fit, freshness, health, semantic, share, status};
 use crate::search::kb;
 use crate::source::discover;
 
@@ -452,6 +452,43 @@ impl From<health::HealthReport> for HealthReport {
                     repaired: f.repaired,
                 })
                 .collect(),
+        }
+    }
+}
+
+/// A shared index file written or read (`ken index --export` / `--import`).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct SharedIndexFile {
+    pub file: String,
+    /// The branch whose catalog it holds, and HEAD's commit when exported.
+    pub branch: String,
+    pub commit: Option<String>,
+    /// The working tree had uncommitted changes, which it holds.
+    pub dirty: bool,
+    /// The embedder of its vectors.
+    pub embedder: Option<String>,
+    pub files: u64,
+    pub chunks: u64,
+    pub vectors: u64,
+    /// The file's size.
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl From<share::SharedFile> for SharedIndexFile {
+    fn from(shared: share::SharedFile) -> Self {
+        let h = shared.header;
+        SharedIndexFile {
+            file: shared.file.display().to_string(),
+            branch: h.branch,
+            commit: h.commit,
+            dirty: h.dirty,
+            embedder: h.embedder,
+            files: h.files,
+            chunks: h.chunks,
+            vectors: h.vectors,
+            bytes: shared.bytes,
+            seconds: shared.seconds,
         }
     }
 }
