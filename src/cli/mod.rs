@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod context;
+mod engine;
 mod graph;
 mod index;
 mod model;
@@ -89,6 +90,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Serve(args) => serve::serve(&at, args),
         Command::Schemas { out } => serve::schemas(&out),
         Command::Bench { what } => bench::bench(&at, what),
+        Command::Engine { what } => engine::engine(&at, what),
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod fit;
 pub mod freshness;
 pub mod health;
+pub mod push;
 pub mod progress;
 pub mod semantic;
 pub mod status;

@@ -14,6 +14,7 @@ mod definitions;
 mod diversity;
 mod fusion;
 mod hit;
+pub mod engine;
 pub mod kb;
 mod query;
 mod rerank;

@@ -34,13 +34,17 @@
 //! - [`embeddings`]: the vectors' rows;
 //! - [`vectors`]: the HNSW file derived from them;
 //! - [`adapter`]: the query adapter's rows;
-//! - [`cache`]: the per-user vector cache (a database of its own).
+//! - [`cache`]: the per-user vector cache (a database of its own);
+//! - [`engine`]: the shared search engine (PostgreSQL + pgvector), its SQL
+//!   and connection; [`export`]: the reads a push to it makes.
 
 pub mod adapter;
 pub mod bm25;
 pub mod cache;
 pub mod catalog;
 pub mod embeddings;
+pub mod engine;
+pub mod export;
 mod faults;
 pub mod graph;
 mod integrity;
