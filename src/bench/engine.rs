@@ -50,7 +50,12 @@ pub fn engine_bench(searcher: &mut EngineSearcher, queries: &[String], k: usize)
             (SEARCH_VECTOR_DEPTH, &mut found_deep, &mut total_deep),
         ] {
             let started = Instant::now();
-            let approximate: HashSet<i64> = searcher.engine().nearest(&q, depth)?.into_iter().map(|(id, _)| id).collect();
+            let approximate: HashSet<i64> = searcher
+                .engine()
+                .nearest(&q, depth)?
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
             let hnsw = started.elapsed().as_secs_f64() * 1e3;
             let started = Instant::now();
             let exact = searcher.engine().nearest_exact(&q, depth)?;

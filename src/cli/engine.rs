@@ -34,9 +34,14 @@ pub(super) fn engine(at: &Place, what: EngineCommand) -> Result<i32> {
             search(at, &req, repo.as_deref(), json)
         }
         EngineCommand::Bench { queries, k } => {
-            let text = std::fs::read_to_string(&queries)
-                .with_context(|| format!("cannot read {}", queries.display()))?;
-            let queries: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+            let text =
+                std::fs::read_to_string(&queries).with_context(|| format!("cannot read {}", queries.display()))?;
+            let queries: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect();
             let mut searcher = EngineSearcher::open(connect()?)?;
             let report = crate::bench::engine::engine_bench(&mut searcher, &queries, k)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -88,7 +93,11 @@ fn push(at: &Place, repo: Option<String>, json: bool) -> Result<i32> {
         println!(
             "Pushed {} ({}): {} files written ({} chunks), {} removed, {} unchanged in {seconds:.2} s",
             report.repo,
-            if report.embedder.is_some() { "with vectors" } else { "lexical only" },
+            if report.embedder.is_some() {
+                "with vectors"
+            } else {
+                "lexical only"
+            },
             report.files_written,
             report.chunks_written,
             report.files_removed,
@@ -106,11 +115,11 @@ fn search(at: &Place, req: &SearchRequest, repo: Option<&str>, json: bool) -> Re
     }
     let hits: Vec<BaseHit> = match connect().and_then(EngineSearcher::open) {
         Ok(mut searcher) => {
+            let found = searcher.search(req)?;
             if let Some(notice) = searcher.notice() {
                 eprintln!("ken: {notice}");
             }
-            searcher
-                .search(req)?
+            found
                 .into_iter()
                 .filter(|h| repo.is_none_or(|r| r == h.repo))
                 .map(|h| (h.repo, h.hit))
@@ -137,4 +146,3 @@ fn search(at: &Place, req: &SearchRequest, repo: Option<&str>, json: bool) -> Re
     }
     Ok(0)
 }
-

@@ -13,8 +13,8 @@
 pub mod fit;
 pub mod freshness;
 pub mod health;
-pub mod push;
 pub mod progress;
+pub mod push;
 pub mod semantic;
 pub mod status;
 pub mod watch;

@@ -81,7 +81,13 @@ pub fn push(root: &Path, index_dir: &Path, engine: &mut Engine, repo: &str) -> R
             report.files_unchanged += 1;
             continue;
         }
-        files.push(engine_file(&store, path, entry.file_id, entry.content_hash, model.as_deref())?);
+        files.push(engine_file(
+            &store,
+            path,
+            entry.file_id,
+            entry.content_hash,
+            model.as_deref(),
+        )?);
     }
     report.files_written = files.len();
     report.files_removed = removed.len();
@@ -116,8 +122,13 @@ fn engine_file(store: &Store, path: &str, file_id: i64, file_hash: i64, model: O
                 lexical::index_terms(context, &mut body_terms);
             }
             lexical::index_terms(&chunk.text, &mut body_terms);
+            let length = [&symbol_terms, &path_terms, &body_terms]
+                .iter()
+                .map(|terms| terms.split(' ').filter(|t| !t.is_empty()).count())
+                .sum();
             EngineChunk {
                 start_line: chunk.start_line,
+                length,
                 end_line: chunk.end_line,
                 terms: tsvector_literal(&symbol_terms, &path_terms, &body_terms),
                 kind: chunk.kind,

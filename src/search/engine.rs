@@ -11,7 +11,7 @@ use anyhow::Result;
 
 use crate::embed::{Embedder, InputKind};
 use crate::source::lexical;
-use crate::store::engine::{Engine, EngineRow, QueryEmbedding};
+use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 
 use super::candidates::{Candidate, OVERFETCH};
 use super::definitions::Defines;
@@ -20,9 +20,14 @@ use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
 use super::{fusion, rerank, Fusion, SearchMode, SearchRequest};
 
-/// Terms in more than this share of chunks are left out of the lexical
-/// match when rarer terms remain (as in the local search).
+/// Terms in more than this share of chunks match nothing alone when rarer
+/// terms remain, and those in more than the second share only when all are
+/// that common (as in the local search, without its row budget).
+const COMMON_TERM_SHARE: f64 = 0.05;
 const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
+/// BM25's parameters (the local index's `ken_bm25`).
+const BM25_K1: f64 = 1.2;
+const BM25_B: f64 = 0.75;
 /// The vector side goes this many times deeper than the lexical side (as in the local search).
 const VECTOR_DEPTH_FACTOR: usize = 2;
 
@@ -37,7 +42,10 @@ pub struct EngineHit {
 /// vectors most of its repositories pushed.
 pub struct EngineSearcher {
     engine: Engine,
-    embedder: Option<Box<dyn Embedder>>,
+    /// The id of the engine's main embedder; the model loads on the first
+    /// query that needs it (a lone identifier does not).
+    embedder_id: Option<String>,
+    embedder: std::sync::OnceLock<Box<dyn Embedder>>,
     /// Why the vector side is off, when it is.
     notice: Option<String>,
     fusion: Fusion,
@@ -48,16 +56,14 @@ impl EngineSearcher {
     pub fn open(mut engine: Engine) -> Result<EngineSearcher> {
         let settings = crate::config::try_settings()?;
         engine.ensure_schema()?;
-        let (embedder, notice) = match engine.main_embedder()? {
-            None => (None, Some("no vectors in the engine: lexical search only".to_string())),
-            Some((id, _)) => match crate::embed::embedder_for_index(&id, None) {
-                Ok(embedder) => (Some(embedder), None),
-                Err(e) => (None, Some(format!("lexical search only: {e:#}"))),
-            },
-        };
+        let embedder_id = engine.main_embedder()?.map(|(id, _)| id);
+        let notice = embedder_id
+            .is_none()
+            .then(|| "no vectors in the engine: lexical search only".to_string());
         Ok(EngineSearcher {
             engine,
-            embedder,
+            embedder_id,
+            embedder: std::sync::OnceLock::new(),
             notice,
             fusion: Fusion::of(settings),
             fusion_weights_set: settings.fusion_weights.is_some(),
@@ -74,9 +80,28 @@ impl EngineSearcher {
         &mut self.engine
     }
 
+    /// The query embedder, loaded on first use; `None` (and a notice) when
+    /// the engine has no vectors or the model cannot be loaded here.
+    fn embedder(&mut self) -> Option<&dyn Embedder> {
+        let id = self.embedder_id.as_deref()?;
+        if self.embedder.get().is_none() {
+            match crate::embed::embedder_for_index(id, None) {
+                Ok(embedder) => {
+                    let _ = self.embedder.set(embedder);
+                }
+                Err(e) => {
+                    self.notice = Some(format!("lexical search only: {e:#}"));
+                    self.embedder_id = None;
+                    return None;
+                }
+            }
+        }
+        self.embedder.get().map(|e| e.as_ref())
+    }
+
     /// The query's vector, when the vector side takes part.
-    pub fn query_vector(&self, text: &str) -> Result<Option<(String, Vec<f32>)>> {
-        match &self.embedder {
+    pub fn query_vector(&mut self, text: &str) -> Result<Option<(String, Vec<f32>)>> {
+        match self.embedder() {
             Some(embedder) => {
                 let query = Query::parse(text);
                 let vector = embedder.embed_now(&query.embed_text, InputKind::Query)?;
@@ -98,8 +123,11 @@ impl EngineSearcher {
                 candidates.entry(id).or_default().bm25 = score;
             }
         }
+        // As in a local search: a lone identifier that names a definition
+        // is answered by it, and the model would cost more than the search.
         let vector = match req.mode {
             SearchMode::Lexical => None,
+            SearchMode::Hybrid if self.names_a_definition(&candidates, &query)? => None,
             _ => self.query_vector(&req.query)?,
         };
         if let Some((embedder, vector)) = &vector {
@@ -114,10 +142,12 @@ impl EngineSearcher {
             }
         }
         let ids: Vec<i64> = candidates.keys().copied().collect();
-        let q = vector.as_ref().map(|(embedder, vector)| QueryEmbedding { embedder, vector });
+        let q = vector
+            .as_ref()
+            .map(|(embedder, vector)| QueryEmbedding { embedder, vector });
         let rows = self.engine.rows(&ids, q.as_ref())?;
         let (mut hits, repos) = self.hits_of(rows, &mut candidates, &query, req)?;
-        let fusion = match &self.embedder {
+        let fusion = match self.embedder.get() {
             Some(e) if vector.is_some() => self
                 .fusion
                 .leaned((!self.fusion_weights_set).then(|| e.lexical_weight()), false),
@@ -128,29 +158,55 @@ impl EngineSearcher {
         Ok(finish(hits, &repos, &query, req))
     }
 
-    /// The lexical candidates: each term's IDF over every pushed chunk, the
-    /// very common terms left out while rarer ones remain.
+    /// Whether the query is one identifier that one of the best lexical
+    /// candidates defines.
+    fn names_a_definition(&mut self, candidates: &HashMap<i64, Candidate>, query: &Query) -> Result<bool> {
+        if query.wording != Wording::Identifier {
+            return Ok(false);
+        }
+        let mut best: Vec<(i64, f64)> = candidates.iter().map(|(&id, c)| (id, c.bm25)).collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let ids: Vec<i64> = best.iter().take(10).map(|(id, _)| *id).collect();
+        let rows = self.engine.rows(&ids, None)?;
+        Ok(rows
+            .iter()
+            .any(|row| defines_identifier(row.symbol.as_deref(), &query.lexical.identifiers)))
+    }
+
+    /// The lexical candidates: BM25 with each term's IDF over every pushed
+    /// chunk; as in a local search, the common terms are scored but match
+    /// nothing alone while rarer ones remain.
     fn lexical_side(&mut self, query: &Query, depth: usize) -> Result<Vec<(i64, f64)>> {
         let terms = &query.lexical.terms;
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let (total, counts) = self.engine.term_frequencies(terms)?;
-        let n = total.max(1) as f64;
-        let mut weighted: Vec<(String, f64, f64)> = terms
+        let stats = self.engine.term_frequencies(terms)?;
+        let n = stats.chunks.max(1) as f64;
+        let present: Vec<(&String, f64)> = terms
             .iter()
-            .zip(counts)
-            .filter(|(_, df)| *df > 0)
-            .map(|(t, df)| {
-                let df = df as f64;
-                (t.clone(), (1.0 + (n - df + 0.5) / (df + 0.5)).ln(), df / n)
-            })
+            .zip(&stats.counts)
+            .filter(|(_, df)| **df > 0)
+            .map(|(t, df)| (t, *df as f64))
             .collect();
-        if weighted.iter().any(|(_, _, share)| *share <= MATCHED_TERM_MAX_SHARE) {
-            weighted.retain(|(_, _, share)| *share <= MATCHED_TERM_MAX_SHARE);
-        }
-        let terms: Vec<(String, f64)> = weighted.into_iter().map(|(t, idf, _)| (t, idf)).collect();
-        self.engine.lexical(&terms, depth)
+        let scored: Vec<(String, f64)> = present
+            .iter()
+            .map(|(t, df)| ((*t).clone(), (1.0 + (n - df + 0.5) / (df + 0.5)).ln()))
+            .collect();
+        let selective = |share: f64| present.iter().filter(move |(_, df)| df / n <= share);
+        let matched: Vec<String> = if selective(COMMON_TERM_SHARE).next().is_some() {
+            selective(COMMON_TERM_SHARE).map(|(t, _)| (*t).clone()).collect()
+        } else if selective(MATCHED_TERM_MAX_SHARE).next().is_some() {
+            selective(MATCHED_TERM_MAX_SHARE).map(|(t, _)| (*t).clone()).collect()
+        } else {
+            present.iter().map(|(t, _)| (*t).clone()).collect()
+        };
+        let bm25 = Bm25 {
+            k1: BM25_K1,
+            b: BM25_B,
+            mean_length: stats.mean_length,
+        };
+        self.engine.lexical(&matched, &scored, bm25, depth)
     }
 
     /// The rows as hits, the request's filters applied, each candidate told
@@ -212,7 +268,12 @@ fn defines_identifier(symbol: Option<&str>, identifiers: &[String]) -> bool {
 
 /// Best first, spread over files (a file is its repository and path), each
 /// with its snippet.
-fn finish(mut hits: Vec<SearchHit>, repos: &HashMap<i64, String>, query: &Query, req: &SearchRequest) -> Vec<EngineHit> {
+fn finish(
+    mut hits: Vec<SearchHit>,
+    repos: &HashMap<i64, String>,
+    query: &Query,
+    req: &SearchRequest,
+) -> Vec<EngineHit> {
     hits.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)

@@ -22,9 +22,8 @@ use postgres::{Client, Config, NoTls};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one statement may run: a search waits no longer for the engine.
 const STATEMENT_TIMEOUT_MS: u64 = 10_000;
-/// `ts_rank`'s weights of D (body), C (unused), B (path), A (symbol names):
-/// the ratios of the local index's BM25 column weights (6, 2, 1).
-const RANK_WEIGHTS: &str = "{0.1667, 0, 0.3333, 1.0}";
+/// How long one statement of a push may run.
+const PUSH_STATEMENT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 /// tsvector positions stop here (PostgreSQL's limit).
 const MAX_POSITION: usize = 16_383;
 
@@ -37,6 +36,7 @@ CREATE TABLE IF NOT EXISTS ken_repos (
     embedder TEXT,
     dimensions INTEGER,
     chunks BIGINT NOT NULL,
+    terms BIGINT NOT NULL,
     pushed_at TIMESTAMPTZ NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS ken_chunks (
     id BIGSERIAL PRIMARY KEY,
@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS ken_chunks (
     end_line INTEGER NOT NULL,
     text TEXT NOT NULL,
     terms TSVECTOR NOT NULL,
+    length INTEGER NOT NULL,
     embedder TEXT,
     embedding VECTOR);
 CREATE INDEX IF NOT EXISTS ken_chunks_terms ON ken_chunks USING gin (terms);
@@ -72,6 +73,8 @@ pub struct EngineChunk {
     pub text: String,
     /// Lexical terms of the symbol names, the path and the body ([`tsvector_literal`]).
     pub terms: String,
+    /// How many terms (BM25's document length).
+    pub length: usize,
     pub vector: Option<Vec<f32>>,
 }
 
@@ -120,6 +123,22 @@ pub struct EngineRow {
     pub text: String,
     /// Cosine similarity to the query vector, when the row has a vector of its embedder.
     pub similarity: Option<f32>,
+}
+
+/// What [`Engine::term_frequencies`] tells of a query's terms.
+pub struct TermStats {
+    pub chunks: u64,
+    pub mean_length: f64,
+    /// Chunks holding each term, in order.
+    pub counts: Vec<u64>,
+}
+
+/// BM25's parameters and the mean chunk length.
+#[derive(Debug, Clone, Copy)]
+pub struct Bm25 {
+    pub k1: f64,
+    pub b: f64,
+    pub mean_length: f64,
 }
 
 /// The query vector of a search and the embedder that made it.
@@ -180,7 +199,10 @@ impl Engine {
             .and_then(|row| row.get::<_, Option<String>>(0));
         let files = self
             .client
-            .query("SELECT DISTINCT path, file_hash FROM ken_chunks WHERE repo = $1", &[&repo])?
+            .query(
+                "SELECT DISTINCT path, file_hash FROM ken_chunks WHERE repo = $1",
+                &[&repo],
+            )?
             .into_iter()
             .map(|row| (row.get(0), row.get(1)))
             .collect();
@@ -191,6 +213,9 @@ impl Engine {
     /// was or as pushed, never half. Pushes of one repository queue.
     pub fn push(&mut self, push: &RepoPush) -> Result<u64> {
         let mut tx = self.client.transaction()?;
+        // A first push writes every chunk into the HNSW and GIN indexes: a
+        // CI job's minutes, not a search's seconds.
+        tx.batch_execute(&format!("SET LOCAL statement_timeout = {PUSH_STATEMENT_TIMEOUT_MS}"))?;
         tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&push.repo])?;
         if push.replace_all {
             tx.execute("DELETE FROM ken_chunks WHERE repo = $1", &[&push.repo])?;
@@ -214,10 +239,10 @@ impl Engine {
             None => (None, None),
         };
         tx.execute(
-            "INSERT INTO ken_repos (repo, branch, head, embedder, dimensions, chunks)
-             VALUES ($1, $2, $3, $4, $5, (SELECT count(*) FROM ken_chunks WHERE repo = $1))
+            "INSERT INTO ken_repos (repo, branch, head, embedder, dimensions, chunks, terms)
+             SELECT $1, $2, $3, $4, $5, count(*), coalesce(sum(length), 0) FROM ken_chunks WHERE repo = $1
              ON CONFLICT (repo) DO UPDATE SET branch = $2, head = $3, embedder = $4, dimensions = $5,
-                 chunks = EXCLUDED.chunks, pushed_at = now()",
+                 chunks = EXCLUDED.chunks, terms = EXCLUDED.terms, pushed_at = now()",
             &[&push.repo, &push.branch, &push.head, &embedder, &dimensions],
         )?;
         tx.commit().context("the engine did not commit the push")?;
@@ -237,12 +262,14 @@ impl Engine {
             .map(|row| (row.get(0), row.get::<_, i32>(1) as usize)))
     }
 
-    /// Every pushed chunk, and how many contain each of `terms`.
-    pub fn term_frequencies(&mut self, terms: &[String]) -> Result<(u64, Vec<u64>)> {
-        let total: i64 = self
-            .client
-            .query_one("SELECT coalesce(sum(chunks), 0)::BIGINT FROM ken_repos", &[])?
-            .get(0);
+    /// The term statistics of a query: every pushed chunk, their mean
+    /// length, and how many contain each of `terms`.
+    pub fn term_frequencies(&mut self, terms: &[String]) -> Result<TermStats> {
+        let row = self.client.query_one(
+            "SELECT coalesce(sum(chunks), 0)::BIGINT, coalesce(sum(terms), 0)::BIGINT FROM ken_repos",
+            &[],
+        )?;
+        let (total, lengths): (i64, i64) = (row.get(0), row.get(1));
         let mut counts = Vec::with_capacity(terms.len());
         for term in terms {
             let count: i64 = self
@@ -254,26 +281,42 @@ impl Engine {
                 .get(0);
             counts.push(count as u64);
         }
-        Ok((total as u64, counts))
+        Ok(TermStats {
+            chunks: total as u64,
+            mean_length: lengths as f64 / total.max(1) as f64,
+            counts,
+        })
     }
 
-    /// The best `depth` chunks holding any of `terms`, by each matched term's
-    /// `ts_rank` (weighted by field, length-normalised) times its IDF.
-    pub fn lexical(&mut self, terms: &[(String, f64)], depth: usize) -> Result<Vec<(i64, f64)>> {
-        if terms.is_empty() {
+    /// The best `depth` chunks holding any of the `matched` terms, by BM25
+    /// over every `scored` term (with its IDF): a term's frequency counts an
+    /// occurrence in a definition's name 6 times, in the path twice, as the
+    /// local index's column weights do.
+    pub fn lexical(
+        &mut self,
+        matched: &[String],
+        scored: &[(String, f64)],
+        stats: Bm25,
+        depth: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        if matched.is_empty() {
             return Ok(Vec::new());
         }
-        let queries: Vec<String> = terms.iter().map(|(t, _)| tsquery_term(t)).collect();
-        let idfs: Vec<f64> = terms.iter().map(|(_, idf)| *idf).collect();
-        let any = queries.join(" | ");
+        let any = matched.iter().map(|t| tsquery_term(t)).collect::<Vec<_>>().join(" | ");
+        let terms: Vec<&str> = scored.iter().map(|(t, _)| t.as_str()).collect();
+        let idfs: Vec<f64> = scored.iter().map(|(_, idf)| *idf).collect();
+        let (k1, b) = (stats.k1, stats.b);
         let rows = self.client.query(
             &format!(
-                "SELECT c.id, sum(q.idf * ts_rank('{RANK_WEIGHTS}', c.terms, q.tq::tsquery, 1))::FLOAT8 AS score
-                 FROM ken_chunks c CROSS JOIN unnest($1::text[], $2::float8[]) AS q(tq, idf)
-                 WHERE c.terms @@ $3::text::tsquery
-                 GROUP BY c.id ORDER BY score DESC, c.id LIMIT $4"
+                "SELECT m.id, sum(q.idf * t.tf * ({k1} + 1) / (t.tf + {k1} * (1 - {b} + {b} * m.length / $4)))::FLOAT8 AS score
+                 FROM (SELECT id, terms, length FROM ken_chunks WHERE terms @@ $3::text::tsquery) m
+                 CROSS JOIN LATERAL unnest(m.terms) AS u(lexeme, positions, weights)
+                 JOIN unnest($1::text[], $2::float8[]) AS q(term, idf) ON q.term = u.lexeme
+                 CROSS JOIN LATERAL (SELECT sum(CASE w WHEN 'A' THEN 6 WHEN 'B' THEN 2 ELSE 1 END)::FLOAT8 AS tf
+                                     FROM unnest(u.weights) AS w) t
+                 GROUP BY m.id ORDER BY score DESC, m.id LIMIT $5"
             ),
-            &[&queries, &idfs, &any, &(depth as i64)],
+            &[&terms, &idfs, &any, &stats.mean_length.max(1.0), &(depth as i64)],
         )?;
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
@@ -355,7 +398,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
     let embedder = push.embedder.as_ref().map(|(id, _)| id.as_str());
     let mut writer = tx.copy_in(
         "COPY ken_chunks (repo, path, file_hash, language, kind, symbol, context, start_line, end_line, \
-         text, terms, embedder, embedding) FROM STDIN",
+         text, terms, length, embedder, embedding) FROM STDIN",
     )?;
     let mut line = String::new();
     let mut written = 0u64;
@@ -363,7 +406,8 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
         for chunk in &file.chunks {
             line.clear();
             let vector = chunk.vector.as_deref().map(vector_literal);
-            let fields: [Option<&str>; 13] = [
+            let length = chunk.length.to_string();
+            let fields: [Option<&str>; 14] = [
                 Some(&push.repo),
                 Some(&file.path),
                 Some(&file.file_hash.to_string()),
@@ -375,6 +419,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
                 Some(&chunk.end_line.to_string()),
                 Some(&chunk.text),
                 Some(&chunk.terms),
+                Some(&length),
                 vector.as_ref().and(embedder),
                 vector.as_deref(),
             ];
@@ -518,10 +563,7 @@ mod tests {
     #[test]
     fn tsvector_literal_keeps_terms_whole_with_field_weights() {
         let literal = tsvector_literal("parse config", "src config rs", "it's parse");
-        assert_eq!(
-            literal,
-            "'parse':1A,7 'config':2A,4B 'src':3B 'rs':5B 'it''s':6"
-        );
+        assert_eq!(literal, "'parse':1A,7 'config':2A,4B 'src':3B 'rs':5B 'it''s':6");
     }
 
     #[test]

@@ -49,7 +49,9 @@ impl Store {
                 symbol: r.get(3)?,
                 context: r.get(4)?,
                 text: r.get(5)?,
-                names: names.map(|n| n.lines().map(str::to_string).collect()).unwrap_or_default(),
+                names: names
+                    .map(|n| n.lines().map(str::to_string).collect())
+                    .unwrap_or_default(),
                 vector: r.get(7)?,
             })
         })?;
