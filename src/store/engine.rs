@@ -308,7 +308,7 @@ impl Engine {
         let (k1, b) = (stats.k1, stats.b);
         let rows = self.client.query(
             &format!(
-                "SELECT m.id, sum(q.idf * t.tf * ({k1} + 1) / (t.tf + {k1} * (1 - {b} + {b} * m.length / $4)))::FLOAT8 AS score
+                "SELECT m.id, sum(q.idf * t.tf * ({k1} + 1) / (t.tf + {k1} * (1 - {b} + {b} * m.length / $4::FLOAT8)))::FLOAT8 AS score
                  FROM (SELECT id, terms, length FROM ken_chunks WHERE terms @@ $3::text::tsquery) m
                  CROSS JOIN LATERAL unnest(m.terms) AS u(lexeme, positions, weights)
                  JOIN unnest($1::text[], $2::float8[]) AS q(term, idf) ON q.term = u.lexeme
