@@ -287,7 +287,16 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
         [("billing-svc".to_string(), "billing/invoice.py".to_string())]
     );
     let gone = engine_search(tmp.path(), &url, &["--mode", "lexical", "render_invoice charge_card"]);
-    assert!(gone.is_empty(), "{gone:?}");
+    // `render` still matches the new receipt; the old definitions are gone.
+    let symbols: Vec<&str> = gone.iter().filter_map(|r| r["symbol"].as_str()).collect();
+    assert!(
+        !symbols.contains(&"render_invoice") && !symbols.contains(&"charge_card"),
+        "{gone:?}"
+    );
+    assert!(
+        !places(&gone).iter().any(|(_, path)| path == "billing/charge.py"),
+        "{gone:?}"
+    );
     // The other repository is untouched.
     let kept = engine_search(tmp.path(), &url, &["--repo", "storage", "-k", "5", "Bucket region"]);
     assert!(
