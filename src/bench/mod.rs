@@ -7,6 +7,7 @@
 //! the same terms (the storage engine's floor, without ken's rerank).
 
 pub mod context;
+pub mod engine;
 pub mod first_run;
 pub mod graph;
 pub mod watch;

@@ -137,6 +137,12 @@ pub(super) enum Command {
         #[command(subcommand)]
         what: WorkspaceCommand,
     },
+    /// The shared search engine (`KEN_ENGINE_URL`, docs/scale.md): push this
+    /// repository's index to it, search every repository pushed.
+    Engine {
+        #[command(subcommand)]
+        what: EngineCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -156,6 +162,44 @@ pub(super) enum WorkspaceCommand {
     },
     /// Remove a member (by name or path); its folder and index are kept.
     Remove { member: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum EngineCommand {
+    /// Write the current branch's chunks and vectors to the engine (only
+    /// files changed since the last push; one transaction).
+    Push {
+        /// The repository's name in the engine (default `KEN_ENGINE_REPO`, else the root folder's name).
+        #[arg(long)]
+        repo: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search every repository in the engine; each result names its repository.
+    Search {
+        #[arg(required = true, num_args = 1.., value_name = "QUERY")]
+        query: Vec<String>,
+        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        k: usize,
+        #[arg(long, value_name = "GLOB")]
+        path: Option<String>,
+        #[arg(long, value_name = "LANG")]
+        lang: Option<String>,
+        #[arg(long, value_enum, default_value_t = SearchMode::Hybrid)]
+        mode: SearchMode,
+        /// Only this repository's results.
+        #[arg(long)]
+        repo: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure the engine on queries (one a line): search latency, and the
+    /// HNSW index's recall against an exact scan.
+    Bench {
+        queries: PathBuf,
+        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        k: usize,
+    },
 }
 
 #[derive(Args, Debug)]

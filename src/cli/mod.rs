@@ -6,6 +6,7 @@
 mod args;
 mod bench;
 mod context;
+mod engine;
 mod graph;
 mod index;
 mod model;
@@ -103,6 +104,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Schemas { out } => serve::schemas(&out),
         Command::Bench { what } => bench::bench(&at, what),
         Command::Workspace { what } => workspace::workspace(&at, what),
+        Command::Engine { what } => engine::engine(&at, what),
     }
 }
 

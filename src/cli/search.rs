@@ -111,7 +111,7 @@ pub(super) fn open_bases(root: &Path, index_dir: &Path, say_unlisted: bool) -> R
 }
 
 /// Results as a JSON array: each hit's fields plus the base it comes from.
-fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
+pub(super) fn json_hits(hits: &[BaseHit]) -> Result<serde_json::Value> {
     let rows: Vec<JsonHit> = hits.iter().map(JsonHit::from).collect();
     Ok(serde_json::to_value(rows)?)
 }

@@ -118,6 +118,29 @@ pub struct Settings {
     pub embed_max_tokens: usize,
     pub provider: ProviderSettings,
     pub model: ModelSettings,
+    /// The shared search engine (docs/scale.md), when one is configured.
+    pub engine: EngineSettings,
+}
+
+/// The shared search engine: `KEN_ENGINE_URL` (a PostgreSQL URL) and
+/// `KEN_ENGINE_PASSWORD` (kept out of the URL, of logs and of `Debug`).
+#[derive(Clone, Default, PartialEq)]
+pub struct EngineSettings {
+    pub url: Option<String>,
+    pub password: Option<String>,
+    /// `KEN_ENGINE_REPO`: the name a push gives the repository (default:
+    /// its folder's name).
+    pub repo: Option<String>,
+}
+
+impl std::fmt::Debug for EngineSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineSettings")
+            .field("url", &self.url.as_ref().map(|_| "<set>"))
+            .field("password", &self.password.as_ref().map(|_| "<set>"))
+            .field("repo", &self.repo)
+            .finish()
+    }
 }
 
 /// Every setting ken knows; another `KEN_*` name is reported as a likely typo.
@@ -136,6 +159,9 @@ const KNOWN: &[&str] = &[
     "KEN_EMBED_TIMEOUT",
     "KEN_EMBED_TOTAL_TIMEOUT",
     "KEN_EMBED_URL",
+    "KEN_ENGINE_PASSWORD",
+    "KEN_ENGINE_REPO",
+    "KEN_ENGINE_URL",
     "KEN_FUSION",
     "KEN_FUSION_WEIGHTS",
     "KEN_GRAMMARS_DIR",
@@ -302,6 +328,11 @@ impl Settings {
                 pooling: choice("KEN_MODEL_POOLING", &["mean", "cls"])?,
                 query_prompt: var("KEN_MODEL_QUERY_PROMPT"),
                 document_prompt: var("KEN_MODEL_DOCUMENT_PROMPT"),
+            },
+            engine: EngineSettings {
+                url: var("KEN_ENGINE_URL"),
+                password: var("KEN_ENGINE_PASSWORD"),
+                repo: var("KEN_ENGINE_REPO").map(|v| v.trim().to_string()),
             },
         })
     }

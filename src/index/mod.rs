@@ -14,6 +14,7 @@ pub mod fit;
 pub mod freshness;
 pub mod health;
 pub mod progress;
+pub mod push;
 pub mod semantic;
 pub mod share;
 pub mod status;

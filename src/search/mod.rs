@@ -12,6 +12,7 @@ mod candidates;
 pub mod confidence;
 mod definitions;
 mod diversity;
+pub mod engine;
 mod fusion;
 mod hit;
 pub mod kb;

@@ -36,12 +36,16 @@
 //! - [`adapter`]: the query adapter's rows;
 //! - [`cache`]: the per-user vector cache (a database of its own);
 //! - [`snapshot`]: the shared index file (`ken index --export` / `--import`).
+//! - [`engine`]: the shared search engine (PostgreSQL + pgvector), its SQL
+//!   and connection; [`pushed`]: the reads a push to it makes.
 
 pub mod adapter;
 pub mod bm25;
 pub mod cache;
 pub mod catalog;
 pub mod embeddings;
+pub mod engine;
+pub mod pushed;
 mod faults;
 pub mod graph;
 mod integrity;

