@@ -118,6 +118,28 @@ pub struct Settings {
     pub embed_max_tokens: usize,
     pub provider: ProviderSettings,
     pub model: ModelSettings,
+    /// `KEN_SERVICE=0`: `ken serve` runs in its own process, sharing nothing.
+    pub service: bool,
+    /// `KEN_SERVICE_IDLE_SECS`: how long a shared service outlives its last session.
+    pub service_idle_secs: u64,
+}
+
+/// How long a shared service waits for a new session after its last one
+/// closed when `KEN_SERVICE_IDLE_SECS` does not say: an agent restarted or a
+/// second session opened within minutes finds its index loaded and watched.
+pub const DEFAULT_SERVICE_IDLE_SECS: u64 = 300;
+
+impl Settings {
+    /// What, of these settings, changes what a server answers or writes: two
+    /// `ken serve` share a service only when theirs are equal. The service's
+    /// own lifetime settings are left out (they change nothing it says).
+    pub fn behaviour_fingerprint(&self) -> String {
+        let mut behaviour = self.clone();
+        behaviour.service = true;
+        behaviour.service_idle_secs = 0;
+        behaviour.log = None;
+        format!("{behaviour:?}")
+    }
 }
 
 /// Every setting ken knows; another `KEN_*` name is reported as a likely typo.
@@ -152,6 +174,8 @@ const KNOWN: &[&str] = &[
     "KEN_QUERY_EMBED_BACKOFF_SECS",
     "KEN_QUERY_EMBED_TIMEOUT_MS",
     "KEN_RRF_K",
+    "KEN_SERVICE",
+    "KEN_SERVICE_IDLE_SECS",
     "KEN_SHARED_CACHE",
     "KEN_VECTOR_QUANTIZATION",
     "KEN_WATCH_POLL",
@@ -303,6 +327,8 @@ impl Settings {
                 query_prompt: var("KEN_MODEL_QUERY_PROMPT"),
                 document_prompt: var("KEN_MODEL_DOCUMENT_PROMPT"),
             },
+            service: !flag("KEN_SERVICE", "0"),
+            service_idle_secs: number("KEN_SERVICE_IDLE_SECS")?.unwrap_or(DEFAULT_SERVICE_IDLE_SECS),
         })
     }
 }

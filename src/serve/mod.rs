@@ -15,7 +15,10 @@ pub mod logs;
 pub mod metrics;
 mod pool;
 mod prompts;
+pub mod proxy;
+pub mod rendezvous;
 mod search;
+pub mod service;
 mod stdio;
 pub mod surface;
 mod tools;
@@ -55,6 +58,8 @@ pub struct KenServer {
     allowed_kb_folders: Arc<Vec<PathBuf>>,
     /// There was no index when the server started: its watcher builds the first.
     first_index: bool,
+    /// The shared service this server is a session of, if it is one.
+    service: Option<Arc<service::ServiceInfo>>,
 }
 
 /// How `ken serve` runs; the CLI reads every setting once into this.
@@ -136,6 +141,7 @@ impl KenServer {
             allowed_kb_folders: Arc::new(allowed_kb_folders),
             first_index: !crate::store::has_index(&index_dir),
             index_dir,
+            service: None,
         }
     }
 
