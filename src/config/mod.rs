@@ -132,9 +132,11 @@ pub const DEFAULT_SERVICE_IDLE_SECS: u64 = 300;
 impl Settings {
     /// What, of these settings, changes what a server answers or writes: two
     /// `ken serve` share a service only when theirs are equal. The service's
-    /// own lifetime settings are left out (they change nothing it says).
+    /// own lifetime settings are left out (they change nothing it says), and
+    /// so is the settings file: what it sets (tools, allowed folders) is per session.
     pub fn behaviour_fingerprint(&self) -> String {
         let mut behaviour = self.clone();
+        behaviour.config_file = None;
         behaviour.service = true;
         behaviour.service_idle_secs = 0;
         behaviour.log = None;
@@ -388,6 +390,15 @@ mod tests {
         assert!(!s.shared_cache);
         assert_eq!(s.embed_max_tokens, 128);
         assert_eq!(of(&[("KEN_EMBED_PROVIDER", "local")]).unwrap().provider.kind, None);
+    }
+
+    #[test]
+    fn services_are_shared_across_lifetimes_and_settings_files_but_not_behaviours() {
+        let plain = of(&[]).unwrap().behaviour_fingerprint();
+        let other_life = of(&[("KEN_SERVICE_IDLE_SECS", "5"), ("KEN_CONFIG", "/x.toml")]).unwrap();
+        assert_eq!(other_life.behaviour_fingerprint(), plain);
+        assert_ne!(of(&[("KEN_FUSION", "rrf")]).unwrap().behaviour_fingerprint(), plain);
+        assert_ne!(of(&[("KEN_MODEL", "x")]).unwrap().behaviour_fingerprint(), plain);
     }
 
     #[test]

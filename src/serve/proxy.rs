@@ -37,19 +37,21 @@ pub fn attach(root: &Path, index_dir: &Path, opts: &ServeOptions) -> Result<()> 
             .collect(),
         probe: false,
     };
-    let mut attempts = 0;
+    let deadline = Instant::now() + START_TIMEOUT;
     let (stream, from_service, welcome) = loop {
         if let Some(session) = open_session(&rendezvous, &hello)? {
             break session;
         }
-        attempts += 1;
-        if attempts > 3 {
+        if Instant::now() > deadline {
             bail!(
                 "the ken service does not accept sessions; see {} (or run `ken serve --no-service`)",
                 rendezvous.log().display()
             );
         }
-        start_service(&rendezvous, root, index_dir, opts.watch.is_some())?;
+        if !start_service(&rendezvous, root, index_dir, opts.watch.is_some())? {
+            // A service is closing (it welcomes no one): it holds its life lock until it has exited.
+            std::thread::sleep(Duration::from_millis(20));
+        }
     };
     tracing::info!("attached to the ken service (pid {})", welcome.pid);
     pump(stream, from_service)
@@ -91,29 +93,19 @@ fn open_session(rendezvous: &Rendezvous, hello: &Hello) -> Result<Option<Opened>
     Ok(Some((stream, from_service, welcome)))
 }
 
-/// Starts the service unless another client just did; one start at a time.
-fn start_service(rendezvous: &Rendezvous, root: &Path, index_dir: &Path, watch: bool) -> Result<()> {
+/// Starts the service unless one runs (answering, starting or closing);
+/// whether it started one. One start at a time.
+fn start_service(rendezvous: &Rendezvous, root: &Path, index_dir: &Path, watch: bool) -> Result<bool> {
     let start = lock_file(&rendezvous.start_lock())?;
     start
         .lock()
         .context("waiting for another ken serve to start the service")?;
-    if UnixStream::connect(rendezvous.socket()).is_ok() {
-        return Ok(());
-    }
-    // A service that is closing holds its life lock until it has exited.
     let life = lock_file(&rendezvous.life_lock())?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    while life.try_lock().is_err() {
-        if Instant::now() > deadline {
-            bail!(
-                "a ken service holds {} but does not answer; see {}",
-                rendezvous.life_lock().display(),
-                rendezvous.log().display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if life.try_lock().is_err() {
+        return Ok(false);
     }
     drop(life);
+    let deadline = Instant::now() + START_TIMEOUT;
     let _ = std::fs::remove_file(rendezvous.socket());
     let log = {
         use std::os::unix::fs::OpenOptionsExt;
@@ -155,7 +147,7 @@ fn start_service(rendezvous: &Rendezvous, root: &Path, index_dir: &Path, watch: 
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Copies stdin to the service and the service to stdout until the service

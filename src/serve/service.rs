@@ -27,6 +27,8 @@ use super::{jobs, stdio, KenServer, ServeOptions};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the service checks whether it should exit.
 const TICK: Duration = Duration::from_millis(250);
+/// How long a new service waits for the client that started it, whatever its idle time.
+const FIRST_SESSION_GRACE: Duration = Duration::from_secs(10);
 
 /// A client's first line: what of its session is its own.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -59,6 +61,8 @@ pub struct ServiceInfo {
 struct Lifecycle {
     idle_since: Instant,
     closing: bool,
+    /// A client has connected since the start.
+    served: bool,
 }
 
 /// Runs the service of `rendezvous` until it has been idle for `idle` (or its
@@ -144,6 +148,7 @@ async fn accept_sessions(
     let life = Arc::new(Mutex::new(Lifecycle {
         idle_since: Instant::now(),
         closing: false,
+        served: false,
     }));
     let mut tick = tokio::time::interval(TICK);
     loop {
@@ -151,6 +156,7 @@ async fn accept_sessions(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     info.sessions.fetch_add(1, Ordering::SeqCst);
+                    life.lock().unwrap_or_else(|e| e.into_inner()).served = true;
                     let session = Session { server: base.clone(), info: info.clone(), life: life.clone() };
                     tokio::spawn(session.serve(stream));
                 }
@@ -158,6 +164,7 @@ async fn accept_sessions(
             },
             _ = tick.tick() => {
                 let mut life = life.lock().unwrap_or_else(|e| e.into_inner());
+                let idle = if life.served { idle } else { idle.max(FIRST_SESSION_GRACE) };
                 let why = if !base.root.exists() {
                     Some("its root is gone".to_string())
                 } else if inode(socket) != socket_id {
