@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::rendezvous::{lock_file, Rendezvous};
+use super::rendezvous::{lock, lock_file, try_lock, Rendezvous};
 use super::service::{Hello, Welcome};
 use super::ServeOptions;
 
@@ -97,11 +97,9 @@ fn open_session(rendezvous: &Rendezvous, hello: &Hello) -> Result<Option<Opened>
 /// whether it started one. One start at a time.
 fn start_service(rendezvous: &Rendezvous, root: &Path, index_dir: &Path, watch: bool) -> Result<bool> {
     let start = lock_file(&rendezvous.start_lock())?;
-    start
-        .lock()
-        .context("waiting for another ken serve to start the service")?;
+    lock(&start).context("waiting for another ken serve to start the service")?;
     let life = lock_file(&rendezvous.life_lock())?;
-    if life.try_lock().is_err() {
+    if !try_lock(&life) {
         return Ok(false);
     }
     drop(life);

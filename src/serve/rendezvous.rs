@@ -94,6 +94,28 @@ or run `ken serve --no-service`",
     }
 }
 
+/// Takes an exclusive lock on `file` if nobody holds it; whether it did.
+pub fn try_lock(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Takes an exclusive lock on `file`, waiting for its holder.
+pub fn lock(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Opens (creating, owner-only) a lock file.
 pub fn lock_file(path: &Path) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;

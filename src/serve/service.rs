@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
-use super::rendezvous::{lock_file, Rendezvous};
+use super::rendezvous::{lock_file, try_lock, Rendezvous};
 use super::{jobs, stdio, KenServer, ServeOptions};
 
 /// How long a client has to say hello.
@@ -75,7 +75,7 @@ pub fn run(
     idle: Duration,
 ) -> Result<()> {
     let life = lock_file(&rendezvous.life_lock())?;
-    if life.try_lock().is_err() {
+    if !try_lock(&life) {
         bail!("another ken service for this repository runs ({})", rendezvous.key());
     }
     let log = super::log_path(&index_dir);
@@ -94,10 +94,13 @@ pub fn run(
         index_dir.display(),
         std::process::id()
     );
+    // Before the watcher starts: its first update may create the index at once.
+    let first_index = !crate::store::has_index(&index_dir);
     let watcher = opts
         .watch
         .and_then(|watch| jobs::start_watcher(&root, &index_dir, watch));
     let mut base = KenServer::new(root, index_dir, super::selected_tools(&[])?, Vec::new());
+    base.first_index = first_index;
     base.watch = watcher.as_ref().map(|w| w.state());
     base.service = Some(Arc::new(ServiceInfo {
         pid: std::process::id(),
