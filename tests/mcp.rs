@@ -113,6 +113,10 @@ impl RawServer {
         if !cmd.get_envs().any(|(k, _)| k == "KEN_CONFIG") {
             cmd.env("KEN_CONFIG", "/nonexistent/ken-test-settings.toml");
         }
+        // Its shared service ends with it, as a server of its own did.
+        if !cmd.get_envs().any(|(k, _)| k == "KEN_SERVICE_IDLE_SECS") {
+            cmd.env("KEN_SERVICE_IDLE_SECS", "0");
+        }
         let mut child = cmd
             .env("KEN_SHARED_CACHE", "0")
             .stdin(std::process::Stdio::piped())

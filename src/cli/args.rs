@@ -258,6 +258,14 @@ pub(super) struct ServeArgs {
     /// of name, description and input schema), then exit.
     #[arg(long)]
     pub(super) list_tools: bool,
+    /// Serve in this process instead of attaching to the repository's shared
+    /// service (which owns one watcher and embedder for every session;
+    /// `KEN_SERVICE=0` does the same).
+    #[arg(long)]
+    pub(super) no_service: bool,
+    /// Be the shared service of this key (started by `ken serve` itself).
+    #[arg(long, hide = true, value_name = "KEY", conflicts_with = "no_service")]
+    pub(super) service: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -31,7 +31,16 @@ pub(super) fn serve(at: &Place, args: ServeArgs) -> Result<i32> {
         watch: (!args.no_watch).then(crate::index::watch::WatchOptions::for_server),
         workspace,
     };
-    crate::serve::serve(root, index_dir, opts)?;
+    let ken = crate::config::try_settings()?;
+    if let Some(key) = args.service {
+        let rendezvous = crate::serve::rendezvous::Rendezvous::named(&key)?;
+        let idle = std::time::Duration::from_secs(ken.service_idle_secs);
+        crate::serve::service::run(root, index_dir, opts, rendezvous, idle)?;
+    } else if args.no_service || !ken.service {
+        crate::serve::serve(root, index_dir, opts)?;
+    } else {
+        crate::serve::proxy::attach(&root, &index_dir, &opts)?;
+    }
     Ok(0)
 }
 

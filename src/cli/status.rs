@@ -13,10 +13,25 @@ use crate::serve::wire;
 pub(super) fn status(at: &Place, json: bool) -> Result<i32> {
     let (root, index_dir) = at.read()?;
     let status = crate::index::status::status(&root, &index_dir)?;
+    // The shared service a `ken serve` with these settings would attach to, if one runs.
+    let service = [true, false]
+        .into_iter()
+        .find_map(|watch| crate::serve::proxy::probe(&root, &index_dir, watch))
+        .map(|w| wire::ServiceStatus {
+            pid: w.pid,
+            sessions: w.sessions as u64,
+        });
     if json {
-        println!("{}", serde_json::to_string_pretty(&wire::Status::from(status))?);
+        let mut value = serde_json::to_value(wire::Status::from(status))?;
+        if let (Some(service), Some(object)) = (&service, value.as_object_mut()) {
+            object.insert("service".to_string(), serde_json::to_value(service)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", render::status(&status, Style::stdout()));
+        if let Some(service) = service {
+            println!("  service:      pid {}, {} sessions", service.pid, service.sessions);
+        }
     }
     Ok(0)
 }

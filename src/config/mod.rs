@@ -120,6 +120,10 @@ pub struct Settings {
     pub model: ModelSettings,
     /// The shared search engine (docs/scale.md), when one is configured.
     pub engine: EngineSettings,
+    /// `KEN_SERVICE=0`: `ken serve` runs in its own process, sharing nothing.
+    pub service: bool,
+    /// `KEN_SERVICE_IDLE_SECS`: how long a shared service outlives its last session.
+    pub service_idle_secs: u64,
 }
 
 /// The shared search engine: `KEN_ENGINE_URL` (a PostgreSQL URL) and
@@ -140,6 +144,26 @@ impl std::fmt::Debug for EngineSettings {
             .field("password", &self.password.as_ref().map(|_| "<set>"))
             .field("repo", &self.repo)
             .finish()
+    }
+}
+
+/// How long a shared service waits for a new session after its last one
+/// closed when `KEN_SERVICE_IDLE_SECS` does not say: an agent restarted or a
+/// second session opened within minutes finds its index loaded and watched.
+pub const DEFAULT_SERVICE_IDLE_SECS: u64 = 300;
+
+impl Settings {
+    /// What, of these settings, changes what a server answers or writes: two
+    /// `ken serve` share a service only when theirs are equal. The service's
+    /// own lifetime settings are left out (they change nothing it says), and
+    /// so is the settings file: what it sets (tools, allowed folders) is per session.
+    pub fn behaviour_fingerprint(&self) -> String {
+        let mut behaviour = self.clone();
+        behaviour.config_file = None;
+        behaviour.service = true;
+        behaviour.service_idle_secs = 0;
+        behaviour.log = None;
+        format!("{behaviour:?}")
     }
 }
 
@@ -178,6 +202,8 @@ const KNOWN: &[&str] = &[
     "KEN_QUERY_EMBED_BACKOFF_SECS",
     "KEN_QUERY_EMBED_TIMEOUT_MS",
     "KEN_RRF_K",
+    "KEN_SERVICE",
+    "KEN_SERVICE_IDLE_SECS",
     "KEN_SHARED_CACHE",
     "KEN_VECTOR_QUANTIZATION",
     "KEN_WATCH_POLL",
@@ -334,6 +360,8 @@ impl Settings {
                 password: var("KEN_ENGINE_PASSWORD"),
                 repo: var("KEN_ENGINE_REPO").map(|v| v.trim().to_string()),
             },
+            service: !flag("KEN_SERVICE", "0"),
+            service_idle_secs: number("KEN_SERVICE_IDLE_SECS")?.unwrap_or(DEFAULT_SERVICE_IDLE_SECS),
         })
     }
 }
@@ -393,6 +421,15 @@ mod tests {
         assert!(!s.shared_cache);
         assert_eq!(s.embed_max_tokens, 128);
         assert_eq!(of(&[("KEN_EMBED_PROVIDER", "local")]).unwrap().provider.kind, None);
+    }
+
+    #[test]
+    fn services_are_shared_across_lifetimes_and_settings_files_but_not_behaviours() {
+        let plain = of(&[]).unwrap().behaviour_fingerprint();
+        let other_life = of(&[("KEN_SERVICE_IDLE_SECS", "5"), ("KEN_CONFIG", "/x.toml")]).unwrap();
+        assert_eq!(other_life.behaviour_fingerprint(), plain);
+        assert_ne!(of(&[("KEN_FUSION", "rrf")]).unwrap().behaviour_fingerprint(), plain);
+        assert_ne!(of(&[("KEN_MODEL", "x")]).unwrap().behaviour_fingerprint(), plain);
     }
 
     #[test]

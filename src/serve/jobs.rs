@@ -14,6 +14,7 @@ use rmcp::{ErrorData, RoleServer};
 use super::tools::{blocking, data_result, tool_error};
 use super::wire::{
     AddKnowledgeBaseArgs, BaseIndexed, BaseStatus, IndexArgs, IndexOutcome, KnowledgeBaseAdded, ServerStatus,
+    ServiceStatus,
 };
 use super::KenServer;
 use crate::app;
@@ -177,6 +178,10 @@ impl KenServer {
             index_run_in_progress: self.jobs.index_running(),
             embedding_in_background: self.jobs.embedding_running(),
             knowledge_bases: self.base_statuses(),
+            service: self.service.as_ref().map(|s| ServiceStatus {
+                pid: s.pid,
+                sessions: s.sessions.load(Ordering::SeqCst) as u64,
+            }),
         })
     }
 

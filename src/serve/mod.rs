@@ -15,7 +15,10 @@ pub mod logs;
 pub mod metrics;
 mod pool;
 mod prompts;
+pub mod proxy;
+pub mod rendezvous;
 mod search;
+pub mod service;
 mod stdio;
 pub mod surface;
 mod tools;
@@ -57,6 +60,8 @@ pub struct KenServer {
     first_index: bool,
     /// The workspace whose members the search tool searches together, if any.
     members: Option<Arc<crate::source::workspace::Workspace>>,
+    /// The shared service this server is a session of, if it is one.
+    service: Option<Arc<service::ServiceInfo>>,
 }
 
 /// How `ken serve` runs; the CLI reads every setting once into this.
@@ -154,6 +159,7 @@ impl KenServer {
             first_index: !crate::store::has_index(&index_dir),
             index_dir,
             members: None,
+            service: None,
         }
     }
 

@@ -5,7 +5,7 @@
 //! carries whole JSON-RPC lines only, from one writer.
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
 
 const PARSE_ERROR: i64 = -32700;
@@ -179,17 +179,27 @@ pub struct Checked {
 
 /// Starts the front door on the process's stdin and stdout.
 pub fn checked_stdio() -> Checked {
+    checked(tokio::io::stdin(), tokio::io::stdout())
+}
+
+/// Starts the front door on a client's byte streams (stdio, or a session of
+/// the shared service).
+pub fn checked(
+    input: impl AsyncRead + Unpin + Send + 'static,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+) -> Checked {
     let (reader, mut feed) = tokio::io::duplex(PIPE_BYTES);
     let (writer, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
     let (lines_out, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
     let stdout_done = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
+        let mut stdout = output;
         while let Some(mut line) = outbox.recv().await {
             line.push(b'\n');
             if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
                 break;
             }
         }
+        let _ = stdout.shutdown().await;
     });
     let answers = lines_out.clone();
     tokio::spawn(async move {
@@ -204,7 +214,7 @@ pub fn checked_stdio() -> Checked {
         }
     });
     tokio::spawn(async move {
-        let mut stdin = BufReader::new(tokio::io::stdin());
+        let mut stdin = BufReader::new(input);
         let mut line = Vec::new();
         while stdin.read_until(b'\n', &mut line).await.is_ok_and(|n| n > 0) {
             match check(&line) {

@@ -82,6 +82,18 @@ pub struct ServerStatus {
     /// Embeddings are being computed in the background (coverage is growing).
     pub embedding_in_background: bool,
     pub knowledge_bases: Vec<BaseStatus>,
+    /// The shared service answering every session of this repository (absent
+    /// when this server runs alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceStatus>,
+}
+
+/// One process per repository owns the watcher and the embedder.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ServiceStatus {
+    pub pid: u32,
+    /// Sessions (clients) it serves now.
+    pub sessions: u64,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]

@@ -17,8 +17,8 @@ pub use context::{
 pub use graph::{symbols, CallGraph, CallPath, Confidence as EdgeConfidence, Direction, Edge, Site, Symbol};
 pub use index::{
     knowledge_bases, BaseIndexed, BaseStatus, EmbedReport, Finding, Freshness, HealthReport, IndexOutcome, IndexReport,
-    KnowledgeBase, KnowledgeBaseAdded, KnowledgeBaseRemoved, KnowledgeBasesOutput, ServerStatus, Severity,
-    SharedIndexFile, SkipCounts, SkipReason, Status,
+    KnowledgeBase, KnowledgeBaseAdded, KnowledgeBaseRemoved, KnowledgeBasesOutput, ServerStatus, ServiceStatus,
+    Severity, SharedIndexFile, SkipCounts, SkipReason, Status,
 };
 pub use search::{
     Confidence, Explain, ExplainFactor, Hit, Level, Location, SearchMode, SearchOutput, Signals, Weights,
