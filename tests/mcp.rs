@@ -215,6 +215,16 @@ fn index_codebase_reports_progress_and_stops_when_cancelled() {
         );
     }
     let mut server = RawServer::start(root);
+    // The server's watcher builds the first index; the forced run below is
+    // then the only one (a search during the first waits for it instead).
+    for id in 10_000.. {
+        let status = server.status(id);
+        if status["files"] == FILES && status["index_run_in_progress"] == false {
+            break;
+        }
+        assert!(id < 12_000, "the first index was never built: {status}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     server.call(
         2,
         "index_codebase",

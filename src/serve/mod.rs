@@ -101,6 +101,16 @@ pub fn selected_tools(spec: &[String]) -> anyhow::Result<ToolRouter<KenServer>> 
     Ok(router)
 }
 
+/// The tools a session exposes: those `spec` selects, with the member
+/// filter only in a workspace.
+fn session_tools(spec: &[String], in_workspace: bool) -> anyhow::Result<ToolRouter<KenServer>> {
+    let mut tools = selected_tools(spec)?;
+    if !in_workspace {
+        without_workspace_arguments(&mut tools);
+    }
+    Ok(tools)
+}
+
 /// Outside a workspace the member filter is left out of the schemas: no
 /// tokens spent on it, and an agent passing it is told it is unknown.
 fn without_workspace_arguments(router: &mut ToolRouter<KenServer>) {
@@ -302,10 +312,7 @@ impl ServerHandler for KenServer {
 /// Serves MCP on stdin/stdout until the client closes stdin; with a
 /// watcher, the index stays fresh meanwhile.
 pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::Result<()> {
-    let mut tools = selected_tools(&opts.tools)?;
-    if opts.workspace.is_none() {
-        without_workspace_arguments(&mut tools);
-    }
+    let tools = session_tools(&opts.tools, opts.workspace.is_some())?;
     let log = log_path(&index_dir);
     if let Err(e) = crate::serve::logs::write_to_file(&log) {
         tracing::warn!("cannot write the log file {}: {e}", log.display());

@@ -254,7 +254,7 @@ impl Session {
     /// The shared server with this session's own tools and allowed folders.
     fn session_server(&self, hello: Hello) -> Result<KenServer> {
         let mut server = self.server.clone();
-        server.tools = Arc::new(super::selected_tools(&hello.tools)?);
+        server.tools = Arc::new(super::session_tools(&hello.tools, server.members.is_some())?);
         server.allowed_kb_folders = Arc::new(hello.allow_kb.iter().filter_map(|f| f.canonicalize().ok()).collect());
         Ok(server)
     }
