@@ -148,9 +148,14 @@ impl EngineSearcher {
         let rows = self.engine.rows(&ids, q.as_ref())?;
         let (mut hits, repos) = self.hits_of(rows, &mut candidates, &query, req)?;
         let fusion = match self.embedder.get() {
-            Some(e) if vector.is_some() => self
-                .fusion
-                .leaned((!self.fusion_weights_set).then(|| e.lexical_weight()), false),
+            Some(e) if vector.is_some() => self.fusion.leaned(
+                (!self.fusion_weights_set).then(|| e.lexical_weight()),
+                &fusion::QueryVectorKind {
+                    passed_by: false,
+                    carried: false,
+                    terms: query.lexical.terms.len(),
+                },
+            ),
             _ => self.fusion,
         };
         let fused = fusion::fuse(&candidates, req.mode, vector.is_some(), fusion);

@@ -72,16 +72,20 @@ impl Fusion {
 
     /// This fusion for a search whose vector side took part: the lexical
     /// side weighs `model_weight` times more (the model's lexical weight,
-    /// unless `KEN_FUSION_WEIGHTS` sets the weights), and
+    /// unless `KEN_FUSION_WEIGHTS` sets the weights),
     /// [`UNCARRIED_LEXICAL_WEIGHT`] times more again for a query the
-    /// index's adapter passes by.
-    pub(super) fn leaned(self, model_weight: Option<f64>, passed_by: bool) -> Fusion {
+    /// index's adapter passes by, and [`terms_lean`] times more for a query
+    /// of many terms that no adapter carries.
+    pub(super) fn leaned(self, model_weight: Option<f64>, query: &QueryVectorKind) -> Fusion {
         let mut fusion = self;
         if let Some(weight) = model_weight {
             fusion = fusion.lexical_times(weight);
         }
-        if passed_by {
+        if query.passed_by {
             fusion = fusion.lexical_times(UNCARRIED_LEXICAL_WEIGHT);
+        }
+        if !query.carried {
+            fusion = fusion.lexical_times(terms_lean(query.terms));
         }
         fusion
     }
@@ -118,6 +122,38 @@ impl Fusion {
 /// .740 → .737 (BENCHMARKS.md "An identifier in a question, and BM25 for what
 /// the adapter passes by", with 1.3, 1.5 and 2).
 const UNCARRIED_LEXICAL_WEIGHT: f64 = 1.4;
+
+/// What the fusion leans by, of one query whose vector side took part.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QueryVectorKind {
+    /// The index has a query adapter and it left the query as typed.
+    pub passed_by: bool,
+    /// The adapter carried the query (worded like a doc comment).
+    pub carried: bool,
+    /// The query's distinct terms (`QueryTerms::terms`, stopwords out).
+    pub terms: usize,
+}
+
+/// A query's terms per unit of [`terms_lean`]. BM25 gains evidence with
+/// every informative term, while the model's one vector of a long question
+/// blurs into its topic: on agent questions (median 13 terms) the vector side
+/// put short, documented neighbours of the answer (a type's declaration, a
+/// one-line wrapper) above the long function that answers. A query the
+/// adapter carries is worded like the doc comments it was fitted on, where
+/// the vector side is strong, and is left as it is. Measured on the public
+/// eval (BENCHMARKS.md "Long questions lean on BM25"): agent chunk H@1 .317
+/// → .367, H@10 .783 → .817; swe file R@1 .519 → .581; doc within two
+/// cases of before on every metric. 4 terms per unit gained less (swe .544).
+const TERMS_PER_LEAN: f64 = 3.0;
+/// The most [`terms_lean`] multiplies the lexical weight by.
+const MOST_TERMS_LEAN: f64 = 3.0;
+
+/// How many times more the lexical side weighs for a query of `terms`
+/// distinct terms that no adapter carries: 1 up to [`TERMS_PER_LEAN`]
+/// terms, then in proportion, at most [`MOST_TERMS_LEAN`] (9 terms).
+fn terms_lean(terms: usize) -> f64 {
+    (terms as f64 / TERMS_PER_LEAN).clamp(1.0, MOST_TERMS_LEAN)
+}
 
 /// The sides of the fusion for one query's candidates: BM25 over the best
 /// candidate's, and the chunk and signature similarities, each scaled by the
@@ -451,6 +487,59 @@ mod tests {
         });
         let scores = fuse(&candidates, SearchMode::Hybrid, true, without);
         assert_eq!(scores[&2], scores[&1]);
+    }
+
+    #[test]
+    fn a_long_question_no_adapter_carries_leans_on_bm25() {
+        let candidates: HashMap<i64, Candidate> = [
+            (1, 10.0, 0.20), // the best BM25, a long function far from the question's vector
+            (2, 8.0, 0.80),  // a short declaration near it
+            (3, 2.0, 0.10),
+            (4, 1.0, 0.20),
+        ]
+        .into_iter()
+        .map(|(id, bm25, similarity)| {
+            let similarity = Some(similarity);
+            (
+                id,
+                Candidate {
+                    bm25,
+                    similarity,
+                    ..Candidate::default()
+                },
+            )
+        })
+        .collect();
+        let first = |terms: usize, carried: bool| {
+            let query = QueryVectorKind {
+                passed_by: false,
+                carried,
+                terms,
+            };
+            let fusion = Fusion::default().leaned(None, &query);
+            let scores = fuse(&candidates, SearchMode::Hybrid, true, fusion);
+            (
+                *scores.iter().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0,
+                fusion.weights().lexical,
+            )
+        };
+        // A few terms: the sides weigh the same and the near vector wins.
+        assert_eq!(first(2, false), (2, 1.0));
+        assert_eq!(first(3, false), (2, 1.0));
+        // A question of many terms weighs BM25 in proportion, up to the cap.
+        assert_eq!(first(6, false).1, 2.0);
+        assert_eq!(first(9, false), (1, MOST_TERMS_LEAN));
+        assert_eq!(first(40, false), (1, MOST_TERMS_LEAN));
+        // One the adapter carries is worded like the doc comments it was fitted on.
+        assert_eq!(first(12, true), (2, 1.0));
+        // The lean for a query the adapter passes by comes on top.
+        let passed = QueryVectorKind {
+            passed_by: true,
+            carried: false,
+            terms: 12,
+        };
+        let weight = Fusion::default().leaned(None, &passed).weights().lexical;
+        assert!((weight - UNCARRIED_LEXICAL_WEIGHT * 3.0).abs() < 1e-9, "{weight}");
     }
 
     #[test]

@@ -360,7 +360,7 @@ impl Searcher {
             vectors,
             with_content,
         } = self.gather(&query, req, &mut clock)?;
-        let fusion = self.fusion_for(vectors.as_ref());
+        let fusion = self.fusion_for(vectors.as_ref(), &query);
         let fused = fusion::fuse(&candidates, req.mode, vectors.is_some(), fusion);
         let explain = req
             .explain
@@ -374,13 +374,18 @@ impl Searcher {
     }
 
     /// The fusion of a search whose vector side is `vectors`: leaning on the
-    /// lexical side by the model's weight and for a query the adapter passes
-    /// by ([`Fusion::leaned`]) when the vector side took part.
-    fn fusion_for(&self, vectors: Option<&VectorSearch>) -> Fusion {
+    /// lexical side by the model's weight, for a query the adapter passes by
+    /// and for a long one it does not carry ([`Fusion::leaned`]) when the
+    /// vector side took part.
+    fn fusion_for(&self, vectors: Option<&VectorSearch>, query: &Query) -> Fusion {
         match vectors {
             Some(v) => self.fusion.leaned(
                 (!self.fusion_weights_set).then(|| v.side.embedder.lexical_weight()),
-                v.query.passed_by,
+                &fusion::QueryVectorKind {
+                    passed_by: v.query.passed_by,
+                    carried: v.query.carried,
+                    terms: query.lexical.terms.len(),
+                },
             ),
             None => self.fusion,
         }

@@ -43,6 +43,8 @@ pub(super) struct QueryVector {
     /// title, a "why" question, keywords), which the bare model matches to
     /// code less well than BM25 does.
     pub passed_by: bool,
+    /// Whether the adapter carried the query (worded like a doc comment).
+    pub carried: bool,
 }
 
 impl SemanticSide {
@@ -157,10 +159,12 @@ impl QueryMap {
             Some(adapter) if adapter.carries(text) => QueryVector {
                 vector: adapter.apply(&vector),
                 passed_by: false,
+                carried: true,
             },
             adapter => QueryVector {
                 vector,
                 passed_by: adapter.is_some(),
+                carried: false,
             },
         }
     }

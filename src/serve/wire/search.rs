@@ -211,7 +211,8 @@ pub struct Explain {
     pub fused: f64,
     /// The weight of each side in `fused`, in hybrid mode with vectors:
     /// `KEN_FUSION_WEIGHTS`, else the model's (BM25's times its lexical
-    /// weight); BM25's times 1.4 for a query the query adapter leaves as typed.
+    /// weight); BM25's times 1.4 for a query the query adapter leaves as typed,
+    /// and up to 3 times for a long one it does not carry (terms / 3).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weights: Option<Weights>,
     /// The factors applied after the fusion, in order.
