@@ -1024,13 +1024,15 @@ fn signature_vectors_find_the_undocumented_function_a_question_describes() {
             .collect()
     };
     assert!(top3(None).contains(&"has_upper".to_string()), "{:?}", top3(None));
-    // --explain gives the three sides; the default fusion is their mean.
+    // --explain gives the three sides; the default fusion is their weighted
+    // mean, BM25 weighing the question's six terms / 3 (no adapter here).
     let explained = ken_json(root, &["search", "--json", "--explain", "-k", "3", question]);
     for hit in explained.as_array().unwrap() {
         let e = &hit["explain"];
         let side = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {hit}"));
         assert!(e["cosine"].is_number() && e["signature_cosine"].is_number(), "{hit}");
-        let mean = (side("lexical") + side("semantic") + side("signature")) / 3.0;
+        assert_eq!(e["weights"]["lexical"].as_f64(), Some(2.0), "{hit}");
+        let mean = (2.0 * side("lexical") + side("semantic") + side("signature")) / 4.0;
         assert!((side("fused") - mean).abs() < 1e-9, "{hit}");
         assert_explained(hit);
     }

@@ -489,27 +489,28 @@ mod tests {
         assert_eq!(scores[&2], scores[&1]);
     }
 
-    #[test]
-    fn a_long_question_no_adapter_carries_leans_on_bm25() {
-        let candidates: HashMap<i64, Candidate> = [
-            (1, 10.0, 0.20), // the best BM25, a long function far from the question's vector
-            (2, 8.0, 0.80),  // a short declaration near it
-            (3, 2.0, 0.10),
-            (4, 1.0, 0.20),
-        ]
-        .into_iter()
-        .map(|(id, bm25, similarity)| {
-            let similarity = Some(similarity);
-            (
-                id,
-                Candidate {
+    /// Candidates by id with their BM25 and chunk similarity.
+    fn scored_candidates(rows: &[(i64, f64, Option<f32>)]) -> HashMap<i64, Candidate> {
+        rows.iter()
+            .map(|&(id, bm25, similarity)| {
+                let candidate = Candidate {
                     bm25,
                     similarity,
                     ..Candidate::default()
-                },
-            )
-        })
-        .collect();
+                };
+                (id, candidate)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_long_question_no_adapter_carries_leans_on_bm25() {
+        let candidates = scored_candidates(&[
+            (1, 10.0, Some(0.20)), // the best BM25, a long function far from the question's vector
+            (2, 8.0, Some(0.80)),  // a short declaration near it
+            (3, 2.0, Some(0.10)),
+            (4, 1.0, Some(0.20)),
+        ]);
         let first = |terms: usize, carried: bool| {
             let query = QueryVectorKind {
                 passed_by: false,
@@ -544,24 +545,12 @@ mod tests {
 
     #[test]
     fn fusion_prefers_candidates_strong_on_both_sides() {
-        let candidates: HashMap<i64, Candidate> = [
+        let candidates = scored_candidates(&[
             (1, 10.0, Some(0.30)), // best lexically, weak semantically
             (2, 8.0, Some(0.80)),  // good on both
             (3, 0.0, Some(0.85)),  // found by vectors only
             (4, 2.0, Some(0.10)),
-        ]
-        .into_iter()
-        .map(|(id, bm25, similarity)| {
-            (
-                id,
-                Candidate {
-                    bm25,
-                    similarity,
-                    ..Candidate::default()
-                },
-            )
-        })
-        .collect();
+        ]);
         let best = |fusion| {
             let scores = fuse(&candidates, SearchMode::Hybrid, true, fusion);
             let mut ids: Vec<i64> = scores.keys().copied().collect();
