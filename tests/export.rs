@@ -287,33 +287,46 @@ fn exports_made_while_a_watcher_writes_are_whole_indexes() {
         &origin,
         &["watch", "--no-embed", "--debounce-ms", "10"],
     );
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let written = std::sync::Arc::new(AtomicUsize::new(0));
     let writer = {
-        let (stop, origin) = (stop.clone(), origin.clone());
+        let (stop, written, origin) = (stop.clone(), written.clone(), origin.clone());
         std::thread::spawn(move || {
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            while !stop.load(SeqCst) {
+                let n = written.load(SeqCst);
                 write(
                     &origin,
                     &format!("src/churn_{}.py", n % 7),
                     &format!("def churn_{n}():\n    return {n}\n"),
                 );
-                n += 1;
+                written.fetch_add(1, SeqCst);
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            n
         })
+    };
+    // Each export starts after a few more writes, whatever the machine's
+    // speed, so every one of them meets a watcher with files to index.
+    let more_writes = |count: usize| {
+        let until = written.load(SeqCst) + count;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while written.load(SeqCst) < until {
+            assert!(std::time::Instant::now() < deadline, "the writer stalled");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     };
     let files: Vec<_> = (0..3)
         .map(|i| {
+            more_writes(4);
             let file = dir.path().join(format!("during_{i}.ken"));
             let made = export_dirty(&origin, file.to_str().unwrap());
             assert_eq!(made["exported"]["dirty"], true);
             file
         })
         .collect();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(writer.join().unwrap() > 10, "the files changed while exporting");
+    more_writes(2);
+    stop.store(true, SeqCst);
+    writer.join().unwrap();
     let _ = watcher.kill();
     let _ = watcher.wait();
     for (i, file) in files.iter().enumerate() {
