@@ -27,20 +27,7 @@ fn the_python_sdk_client_passes_every_check() {
     git(root, &["commit", "-qm", "init"]);
     write(root, "src/scale.py", "def scale(x):\n    return x + x\n");
     ken_ok(root, &["index", "-q"]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(ken_bin())
-        .arg(root)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+    run_python_client("mcp_client.py", &[&ken_bin(), root]);
 }
 
 #[test]

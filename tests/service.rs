@@ -214,20 +214,7 @@ fn three_clients_share_one_service_through_an_edit_and_a_branch_switch() {
     let (_tmp, root, run) = setup();
     two_branch_repo(&root);
     ken_ok(&root, &["index", "-q"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/service_clients.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(ken_bin())
-        .arg(&root)
-        .envs(service_env(&run, 1))
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = python_client("service_clients.py", &[&ken_bin(), &root], &service_env(&run, 1));
     let found: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let results = found["results"].as_object().unwrap();
     assert_eq!(results.len(), 3, "{found}");

@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 use serde_json::Value;
@@ -369,19 +368,5 @@ fn an_mcp_client_searches_the_members_together() {
     let lone = tmp.path().join("lone");
     repo(&lone, GO_LIB);
     ken_ok(&lone, &["index", "--no-embed", "-q"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_workspace_client.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(ken_bin())
-        .arg(&ws)
-        .arg(&lone)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+    run_python_client("mcp_workspace_client.py", &[&ken_bin(), &ws, &lone]);
 }

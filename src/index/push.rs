@@ -112,30 +112,25 @@ fn engine_file(store: &Store, path: &str, file_id: i64, file_hash: i64, model: O
     let chunks = store
         .pushed_chunks(file_id, model)?
         .into_iter()
-        .map(|chunk| {
+        .map(|pushed| {
             let mut symbol_terms = String::new();
-            for name in &chunk.names {
+            for name in &pushed.names {
                 lexical::index_terms(name, &mut symbol_terms);
             }
             let mut body_terms = String::new();
-            if let Some(context) = &chunk.context {
+            if let Some(context) = &pushed.chunk.context {
                 lexical::index_terms(context, &mut body_terms);
             }
-            lexical::index_terms(&chunk.text, &mut body_terms);
+            lexical::index_terms(&pushed.chunk.text, &mut body_terms);
             let length = [&symbol_terms, &path_terms, &body_terms]
                 .iter()
                 .map(|terms| terms.split(' ').filter(|t| !t.is_empty()).count())
                 .sum();
             EngineChunk {
-                start_line: chunk.start_line,
+                chunk: pushed.chunk,
                 length,
-                end_line: chunk.end_line,
                 terms: tsvector_literal(&symbol_terms, &path_terms, &body_terms),
-                kind: chunk.kind,
-                symbol: chunk.symbol,
-                context: chunk.context,
-                text: chunk.text,
-                vector: chunk.vector.as_deref().map(crate::store::vectors::decode),
+                vector: pushed.vector.as_deref().map(crate::store::vectors::decode),
             }
         })
         .collect();

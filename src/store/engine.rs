@@ -18,6 +18,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use postgres::{Client, Config, NoTls};
 
+use super::pushed::ChunkText;
+
 /// How long connecting may take before the engine counts as down.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long one statement may run: a search waits no longer for the engine.
@@ -65,12 +67,7 @@ pub struct Engine {
 
 /// One chunk as pushed.
 pub struct EngineChunk {
-    pub start_line: u32,
-    pub end_line: u32,
-    pub kind: String,
-    pub symbol: Option<String>,
-    pub context: Option<String>,
-    pub text: String,
+    pub chunk: ChunkText,
     /// Lexical terms of the symbol names, the path and the body ([`tsvector_literal`]).
     pub terms: String,
     /// How many terms (BM25's document length).
@@ -403,10 +400,11 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
     let mut line = String::new();
     let mut written = 0u64;
     for file in &push.files {
-        for chunk in &file.chunks {
+        for pushed in &file.chunks {
+            let chunk = &pushed.chunk;
             line.clear();
-            let vector = chunk.vector.as_deref().map(vector_literal);
-            let length = chunk.length.to_string();
+            let vector = pushed.vector.as_deref().map(vector_literal);
+            let length = pushed.length.to_string();
             let fields: [Option<&str>; 14] = [
                 Some(&push.repo),
                 Some(&file.path),
@@ -418,7 +416,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
                 Some(&chunk.start_line.to_string()),
                 Some(&chunk.end_line.to_string()),
                 Some(&chunk.text),
-                Some(&chunk.terms),
+                Some(&pushed.terms),
                 Some(&length),
                 vector.as_ref().and(embedder),
                 vector.as_deref(),

@@ -7,14 +7,19 @@ use rusqlite::params;
 use super::Store;
 use anyhow::Result;
 
-/// A chunk of a file version, as pushed.
-pub struct PushedChunk {
+/// A chunk's lines and text, as the engine stores them.
+pub struct ChunkText {
     pub start_line: u32,
     pub end_line: u32,
     pub kind: String,
     pub symbol: Option<String>,
     pub context: Option<String>,
     pub text: String,
+}
+
+/// A chunk of a file version, as pushed.
+pub struct PushedChunk {
+    pub chunk: ChunkText,
     /// The names of the definitions in the chunk.
     pub names: Vec<String>,
     /// Its vector of the embedder asked for, encoded.
@@ -43,12 +48,14 @@ impl Store {
         let rows = stmt.query_map(params![file_id, model], |r| {
             let names: Option<String> = r.get(6)?;
             Ok(PushedChunk {
-                start_line: r.get(0)?,
-                end_line: r.get(1)?,
-                kind: r.get(2)?,
-                symbol: r.get(3)?,
-                context: r.get(4)?,
-                text: r.get(5)?,
+                chunk: ChunkText {
+                    start_line: r.get(0)?,
+                    end_line: r.get(1)?,
+                    kind: r.get(2)?,
+                    symbol: r.get(3)?,
+                    context: r.get(4)?,
+                    text: r.get(5)?,
+                },
                 names: names
                     .map(|n| n.lines().map(str::to_string).collect())
                     .unwrap_or_default(),

@@ -237,6 +237,31 @@ pub fn assert_explained(hit: &Value) {
     assert!((0.0..=1.0).contains(&lexical), "{hit}");
 }
 
+/// Runs a Python MCP client script of `tests/` (the official SDK) with
+/// `args` and `env`, asserts it succeeded and returns what it printed.
+pub fn python_client(script: &str, args: &[&Path], env: &[(&str, String)]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// [`python_client`] for a script that says whether it passed every check it makes.
+pub fn run_python_client(script: &str, args: &[&Path]) {
+    let stdout = python_client(script, args, &[]);
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
 /// `bin ARGS` started in `dir` with output discarded and the vector cache
 /// off, for tests that kill it midway.
 pub fn spawn_silent(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Child {
