@@ -1433,3 +1433,94 @@ fn lexical_updates_never_wait_for_an_embedding_pass() {
         .unwrap();
     assert!(kept > 0);
 }
+
+/// Mean over `questions` of how far each one's own code is above the
+/// nearest other code, by cosine.
+fn margin_over_other_code(model: &LocalBert, questions: &[&str], codes: &[&str]) -> f32 {
+    let q = model.embed(questions, InputKind::Query).unwrap();
+    let c = model.embed(codes, InputKind::Document).unwrap();
+    let margins = q.iter().enumerate().map(|(i, q)| {
+        let other = (0..c.len())
+            .filter(|&j| j != i)
+            .map(|j| cosine(q, &c[j]))
+            .fold(f32::MIN, f32::max);
+        cosine(q, &c[i]) - other
+    });
+    margins.sum::<f32>() / questions.len() as f32
+}
+
+#[test]
+fn the_code_model_is_made_from_the_verified_base_and_the_delta_ken_ships() {
+    use ken::embed::model::{MINILM, MINILM_CODE};
+    let base = model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let base_copy = cache.join("models").join(MINILM.name);
+    std::fs::create_dir_all(&base_copy).unwrap();
+    for (file, _) in MINILM.files {
+        std::fs::copy(base.join(file), base_copy.join(file)).unwrap();
+    }
+    // Nothing is downloaded: the base is in the cache, the delta in ken.
+    let fetch = || {
+        let out = Command::new(ken_bin())
+            .args(["model", "fetch", "--model", MINILM_CODE.name])
+            .env("KEN_CACHE_DIR", &cache)
+            .env_remove("KEN_MODEL_DIR")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let made = "made all-MiniLM-L6-v2-code from all-MiniLM-L6-v2";
+    assert!(fetch().contains(made));
+    let code = cache.join("models").join(MINILM_CODE.name);
+    for file in ["config.json", "tokenizer.json"] {
+        assert_eq!(
+            std::fs::read(code.join(file)).unwrap(),
+            std::fs::read(base.join(file)).unwrap()
+        );
+    }
+    let weights = code.join("model.safetensors");
+    let merged = std::fs::read(&weights).unwrap();
+    assert_ne!(merged, std::fs::read(base.join("model.safetensors")).unwrap());
+    // Fetched again it is kept; merged from another delta, it is made again, the same.
+    assert!(!fetch().contains(made));
+    std::fs::write(code.join(".ken-verified"), "merged delta 0000000000000000\n").unwrap();
+    assert!(fetch().contains(made));
+    assert_eq!(
+        std::fs::read(&weights).unwrap(),
+        merged,
+        "a merge gives the same bytes every time"
+    );
+
+    let code_model = LocalBert::load(&MINILM_CODE, &code, 256).unwrap();
+    let base_model = LocalBert::load(&MINILM, &base, 256).unwrap();
+    assert!(
+        code_model.id().starts_with("all-MiniLM-L6-v2-code/"),
+        "{}",
+        code_model.id()
+    );
+    // What the delta is for: a description nearer the code it describes,
+    // against other code, than the base places it (code of no training repository).
+    let questions = [
+        "Parse the settings file at the given path.",
+        "Retry the request, doubling the wait after each failure.",
+        "Check whether the session token has expired.",
+        "Escape the characters that are special in HTML.",
+        "Count the words on each line of the input.",
+    ];
+    let codes = [
+        "fn load(path: &Path) -> Result<Settings> {\n    let text = fs::read_to_string(path)?;\n    Ok(toml::from_str(&text)?)\n}",
+        "func do(c *http.Client, req *http.Request) (*http.Response, error) {\n\tdelay := time.Second\n\tfor {\n\t\tresp, err := c.Do(req)\n\t\tif err == nil {\n\t\t\treturn resp, nil\n\t\t}\n\t\ttime.Sleep(delay)\n\t\tdelay *= 2\n\t}\n}",
+        "def is_stale(tok):\n    return tok[\"exp\"] < time.time()",
+        "function esc(s) {\n  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/\"/g, '&quot;');\n}",
+        "static void tally(FILE *in) {\n    char line[4096];\n    while (fgets(line, sizeof line, in)) {\n        int n = 0, inword = 0;\n        for (char *p = line; *p; p++) {\n            if (isspace(*p)) inword = 0;\n            else if (!inword) { inword = 1; n++; }\n        }\n        printf(\"%d\\n\", n);\n    }\n}",
+    ];
+    let (tuned, untuned) = (
+        margin_over_other_code(&code_model, &questions, &codes),
+        margin_over_other_code(&base_model, &questions, &codes),
+    );
+    assert!(tuned > untuned, "margin {tuned} with the delta, {untuned} without");
+}

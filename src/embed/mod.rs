@@ -8,6 +8,7 @@
 pub mod adapter;
 pub mod bert;
 pub mod http;
+pub mod lora;
 pub mod model;
 pub mod provider;
 pub mod text;

