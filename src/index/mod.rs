@@ -651,10 +651,15 @@ pub struct BranchTotals {
 
 impl BranchTotals {
     pub fn read(store: &Store, branch: &str) -> Result<BranchTotals> {
+        Self::read_in(store, &store.outside_of(branch)?)
+    }
+
+    /// The totals of the branch `outside` was read for.
+    pub fn read_in(store: &Store, outside: &crate::store::BranchOutside) -> Result<BranchTotals> {
         Ok(BranchTotals {
-            files: store.branch_file_count(branch)?,
-            chunks: store.branch_chunk_count(branch)?,
-            languages: store.branch_languages(branch)?,
+            files: store.branch_file_count(outside.branch())?,
+            chunks: store.branch_chunk_count_in(outside)?,
+            languages: store.branch_languages_in(outside)?,
         })
     }
 }

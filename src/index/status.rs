@@ -54,11 +54,13 @@ pub fn status(root: &Path, index_dir: &Path) -> Result<Status> {
     let store = Store::open_for_read(index_dir)?;
     let head = git::head(root);
     let branch = head.catalog_key();
-    let totals = BranchTotals::read(&store, &branch)?;
+    // Each total below is the index's less what lies outside the branch: read that once.
+    let outside = store.outside_of(&branch)?;
+    let totals = BranchTotals::read_in(&store, &outside)?;
     let branches = store.files_per_branch()?;
     let embedding_model = store.meta(MetaKey::EmbeddingModel)?;
-    let distinct_contents = store.branch_distinct_contents(&branch)?;
-    let vectors_of = |model: &str| store.branch_vector_count(&branch, model);
+    let distinct_contents = store.branch_distinct_contents_in(&outside)?;
+    let vectors_of = |model: &str| store.branch_vector_count_in(&outside, model);
     let (embedded_contents, signature_vectors) = match &embedding_model {
         Some(model) => (
             vectors_of(model)?,

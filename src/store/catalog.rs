@@ -25,6 +25,22 @@ fn path_range(dir: &str) -> (String, String) {
     }
 }
 
+/// The file versions and contents outside one branch's catalog, read once
+/// for several totals of that branch (`ken status` takes five of them):
+/// see [`Store::outside_of`].
+pub struct BranchOutside {
+    branch: String,
+    /// None when there are too many to count this way.
+    files: Option<Vec<i64>>,
+    contents: std::cell::OnceCell<Option<Vec<i64>>>,
+}
+
+impl BranchOutside {
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+}
+
 /// A path's entry in a branch's catalog.
 #[derive(Debug, Clone, Copy)]
 pub struct CatalogEntry {
@@ -146,12 +162,17 @@ impl Store {
 
     /// The chunks of `branch`.
     pub fn branch_chunk_count(&self, branch: &str) -> Result<u64> {
-        if let Some(outside) = self.files_outside(branch)? {
+        self.branch_chunk_count_in(&self.outside_of(branch)?)
+    }
+
+    /// [`Self::branch_chunk_count`] of the branch `outside` was read for.
+    pub fn branch_chunk_count_in(&self, outside: &BranchOutside) -> Result<u64> {
+        if let Some(files) = &outside.files {
             let mut chunks_of = self
                 .conn
                 .prepare_cached("SELECT count(*) FROM chunks WHERE file_id = ?1")?;
             let mut outside_chunks = 0;
-            for file in outside {
+            for file in files {
                 outside_chunks += chunks_of.query_row([file], |r| r.get::<_, i64>(0))?.max(0) as u64;
             }
             let all = count(&self.conn, "SELECT count(*) FROM chunks", [])?;
@@ -160,16 +181,21 @@ impl Store {
         count(
             &self.conn,
             "SELECT count(*) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
-            [branch],
+            [&outside.branch],
         )
     }
 
     /// The files of `branch` per language.
     pub fn branch_languages(&self, branch: &str) -> Result<BTreeMap<String, u64>> {
-        if let Some(outside) = self.files_outside(branch)? {
+        self.branch_languages_in(&self.outside_of(branch)?)
+    }
+
+    /// [`Self::branch_languages`] of the branch `outside` was read for.
+    pub fn branch_languages_in(&self, outside: &BranchOutside) -> Result<BTreeMap<String, u64>> {
+        if let Some(files) = &outside.files {
             let mut languages = counts_by(&self.conn, "SELECT language, count(*) FROM files GROUP BY language", [])?;
             let mut language_of = self.conn.prepare_cached("SELECT language FROM files WHERE id = ?1")?;
-            for file in outside {
+            for file in files {
                 let language: String = language_of.query_row([file], |r| r.get(0))?;
                 if let Some(n) = languages.get_mut(&language) {
                     *n = n.saturating_sub(1);
@@ -182,7 +208,7 @@ impl Store {
             &self.conn,
             "SELECT f.language, count(*) FROM catalog k JOIN files f ON f.id = k.file_id
              WHERE k.branch = ?1 GROUP BY f.language",
-            [branch],
+            [&outside.branch],
         )
     }
 
@@ -190,17 +216,31 @@ impl Store {
     /// only outside it, see [`Self::files_outside`]; at 800k chunks the join
     /// over the branch's chunks took seconds, this ~0.1 s).
     pub fn branch_distinct_contents(&self, branch: &str) -> Result<u64> {
-        match self.contents_outside(branch)? {
-            Some(outside) => {
+        self.branch_distinct_contents_in(&self.outside_of(branch)?)
+    }
+
+    /// [`Self::branch_distinct_contents`] of the branch `outside` was read for.
+    pub fn branch_distinct_contents_in(&self, outside: &BranchOutside) -> Result<u64> {
+        match self.contents_outside(outside)? {
+            Some(contents) => {
                 let all = count(&self.conn, "SELECT count(DISTINCT content_hash) FROM chunks", [])?;
-                Ok(all.saturating_sub(outside.len() as u64))
+                Ok(all.saturating_sub(contents.len() as u64))
             }
             None => count(
                 &self.conn,
                 "SELECT count(DISTINCT c.content_hash) FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE k.branch = ?1",
-                [branch],
+                [&outside.branch],
             ),
         }
+    }
+
+    /// What lies outside `branch`'s catalog, read once for several totals of it.
+    pub fn outside_of(&self, branch: &str) -> Result<BranchOutside> {
+        Ok(BranchOutside {
+            branch: branch.to_string(),
+            files: self.files_outside(branch)?,
+            contents: std::cell::OnceCell::new(),
+        })
     }
 
     /// The file versions outside `branch`'s catalog (other branches'
@@ -224,10 +264,18 @@ impl Store {
         Ok((files.len() <= FEW_VERSIONS_OUTSIDE).then_some(files))
     }
 
-    /// The contents that only the versions outside `branch` hold (see
-    /// [`Self::files_outside`]); None when those are many.
-    pub(super) fn contents_outside(&self, branch: &str) -> Result<Option<Vec<i64>>> {
-        let Some(files) = self.files_outside(branch)? else {
+    /// The contents that only the versions outside the branch hold (see
+    /// [`Self::files_outside`]); None when those are many. Read once per `outside`.
+    pub(super) fn contents_outside<'o>(&self, outside: &'o BranchOutside) -> Result<Option<&'o [i64]>> {
+        if let Some(contents) = outside.contents.get() {
+            return Ok(contents.as_deref());
+        }
+        let contents = self.read_contents_outside(outside)?;
+        Ok(outside.contents.get_or_init(|| contents).as_deref())
+    }
+
+    fn read_contents_outside(&self, outside: &BranchOutside) -> Result<Option<Vec<i64>>> {
+        let (Some(files), branch) = (&outside.files, &outside.branch) else {
             return Ok(None);
         };
         let mut contents_of = self
@@ -237,14 +285,14 @@ impl Store {
             "SELECT 1 FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
              WHERE c.content_hash = ?1 LIMIT 1",
         )?;
-        let mut outside = std::collections::BTreeSet::new();
+        let mut held_outside = std::collections::BTreeSet::new();
         for file in files {
             for hash in contents_of.query_map([file], |r| r.get::<_, i64>(0))? {
-                outside.insert(hash?);
+                held_outside.insert(hash?);
             }
         }
         let mut only_outside = Vec::new();
-        for hash in outside {
+        for hash in held_outside {
             if !in_branch.exists(params![hash, branch])? {
                 only_outside.push(hash);
             }

@@ -6,6 +6,7 @@
 use anyhow::Result;
 use rusqlite::{params, Connection};
 
+use super::catalog::BranchOutside;
 use super::meta::{meta_parsed, set_meta, MetaKey};
 use super::vectors::encode;
 use super::{count, Store};
@@ -89,7 +90,13 @@ impl Store {
     /// vector's content is always some chunk's (deleted with the last one;
     /// `ken health` checks it).
     pub fn branch_vector_count(&self, branch: &str, model: &str) -> Result<u64> {
-        if let Some(outside) = self.contents_outside(branch)? {
+        self.branch_vector_count_in(&self.outside_of(branch)?, model)
+    }
+
+    /// [`Self::branch_vector_count`] of the branch `outside` was read for.
+    pub fn branch_vector_count_in(&self, outside: &BranchOutside, model: &str) -> Result<u64> {
+        let branch = outside.branch();
+        if let Some(outside) = self.contents_outside(outside)? {
             let mut has_vector = self
                 .conn
                 .prepare_cached("SELECT 1 FROM embeddings WHERE content_hash = ?1 AND model = ?2")?;

@@ -66,7 +66,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use rusqlite::Connection;
 
-pub use catalog::{parse_skip_reason, skip_reason_key, CatalogEntry, SkippedEntry};
+pub use catalog::{parse_skip_reason, skip_reason_key, BranchOutside, CatalogEntry, SkippedEntry};
 pub use faults::{explain, fault_of, probe, Damage, DamageHandled, Fault};
 pub use integrity::{check_integrity, rebuild_damaged, Orphans};
 pub use lock::{writer_of, WriteLock, WRITE_LOCK_TIMEOUT};
