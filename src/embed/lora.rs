@@ -123,9 +123,15 @@ pub fn merge(base: &Path, lora: &[u8], out: &Path) -> Result<()> {
         .iter()
         .map(|(name, data, dtype, shape)| Ok((name.as_str(), TensorView::new(*dtype, shape.clone(), data)?)))
         .collect::<Result<Vec<_>>>()?;
-    let tmp = out.with_extension("part");
-    safetensors::serialize_to_file(views, None, &tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))
+    // One temporary file per process: two first uses at once each write their own.
+    let tmp = out.with_extension(format!("part-{}", std::process::id()));
+    let written = safetensors::serialize_to_file(views, None, &tmp)
+        .with_context(|| format!("writing {}", tmp.display()))
+        .and_then(|()| fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display())));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
@@ -225,7 +231,15 @@ mod tests {
         ] {
             let error = format!("{:#}", merge(&base, &lora, &out).unwrap_err());
             assert!(error.contains(says), "{error}");
-            assert!(!out.exists() && !out.with_extension("part").exists());
+            let files: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(
+                files,
+                vec![std::ffi::OsString::from("model.safetensors")],
+                "nothing written"
+            );
         }
     }
 }

@@ -151,8 +151,7 @@ impl EngineSearcher {
             Some(e) if vector.is_some() => self.fusion.leaned(
                 (!self.fusion_weights_set).then(|| e.lexical_weight()),
                 &fusion::QueryVectorKind {
-                    passed_by: false,
-                    carried: false,
+                    adapter: fusion::AdapterUse::NoAdapter,
                     terms: query.lexical.terms.len(),
                 },
             ),

@@ -81,13 +81,13 @@ impl Fusion {
         if let Some(weight) = model_weight {
             fusion = fusion.lexical_times(weight);
         }
-        if query.passed_by {
-            fusion = fusion.lexical_times(UNCARRIED_LEXICAL_WEIGHT);
+        match query.adapter {
+            AdapterUse::Carried => fusion,
+            AdapterUse::PassedBy => fusion
+                .lexical_times(UNCARRIED_LEXICAL_WEIGHT)
+                .lexical_times(terms_lean(query.terms)),
+            AdapterUse::NoAdapter => fusion.lexical_times(terms_lean(query.terms)),
         }
-        if !query.carried {
-            fusion = fusion.lexical_times(terms_lean(query.terms));
-        }
-        fusion
     }
 
     /// The fusion the settings say: `KEN_FUSION` (`convex` | `rrf`),
@@ -123,13 +123,23 @@ impl Fusion {
 /// the adapter passes by", with 1.3, 1.5 and 2).
 const UNCARRIED_LEXICAL_WEIGHT: f64 = 1.4;
 
+/// What the index's query adapter did with a query's vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AdapterUse {
+    /// The index has no adapter (or the search runs on an engine).
+    NoAdapter,
+    /// The adapter left the query as typed: not worded like the repository's
+    /// doc comments (an issue title, a "why" question, keywords), which the
+    /// bare model matches to code less well than BM25 does.
+    PassedBy,
+    /// The adapter carried the query: worded like a doc comment.
+    Carried,
+}
+
 /// What the fusion leans by, of one query whose vector side took part.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct QueryVectorKind {
-    /// The index has a query adapter and it left the query as typed.
-    pub passed_by: bool,
-    /// The adapter carried the query (worded like a doc comment).
-    pub carried: bool,
+    pub adapter: AdapterUse,
     /// The query's distinct terms (`QueryTerms::terms`, stopwords out).
     pub terms: usize,
 }
@@ -512,11 +522,12 @@ mod tests {
             (4, 1.0, Some(0.20)),
         ]);
         let first = |terms: usize, carried: bool| {
-            let query = QueryVectorKind {
-                passed_by: false,
-                carried,
-                terms,
+            let adapter = if carried {
+                AdapterUse::Carried
+            } else {
+                AdapterUse::NoAdapter
             };
+            let query = QueryVectorKind { adapter, terms };
             let fusion = Fusion::default().leaned(None, &query);
             let scores = fuse(&candidates, SearchMode::Hybrid, true, fusion);
             (
@@ -535,8 +546,7 @@ mod tests {
         assert_eq!(first(12, true), (2, 1.0));
         // The lean for a query the adapter passes by comes on top.
         let passed = QueryVectorKind {
-            passed_by: true,
-            carried: false,
+            adapter: AdapterUse::PassedBy,
             terms: 12,
         };
         let weight = Fusion::default().leaned(None, &passed).weights().lexical;

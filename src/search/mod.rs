@@ -382,8 +382,7 @@ impl Searcher {
             Some(v) => self.fusion.leaned(
                 (!self.fusion_weights_set).then(|| v.side.embedder.lexical_weight()),
                 &fusion::QueryVectorKind {
-                    passed_by: v.query.passed_by,
-                    carried: v.query.carried,
+                    adapter: v.query.adapter,
                     terms: query.lexical.terms.len(),
                 },
             ),

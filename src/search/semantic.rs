@@ -13,6 +13,7 @@ use crate::store::vectors::VectorIndex;
 use crate::store::MetaKey;
 use crate::store::Store;
 
+use super::fusion::AdapterUse;
 use super::query::Query;
 use super::Searcher;
 
@@ -38,13 +39,7 @@ const RECENT_QUERY_VECTORS: usize = 64;
 #[derive(Debug, Clone)]
 pub(super) struct QueryVector {
     pub vector: Vec<f32>,
-    /// Whether the index has a query adapter and it leaves the query as
-    /// typed: not worded like the repository's doc comments (an issue
-    /// title, a "why" question, keywords), which the bare model matches to
-    /// code less well than BM25 does.
-    pub passed_by: bool,
-    /// Whether the adapter carried the query (worded like a doc comment).
-    pub carried: bool,
+    pub adapter: AdapterUse,
 }
 
 impl SemanticSide {
@@ -158,13 +153,15 @@ impl QueryMap {
         match &self.adapter {
             Some(adapter) if adapter.carries(text) => QueryVector {
                 vector: adapter.apply(&vector),
-                passed_by: false,
-                carried: true,
+                adapter: AdapterUse::Carried,
             },
-            adapter => QueryVector {
+            Some(_) => QueryVector {
                 vector,
-                passed_by: adapter.is_some(),
-                carried: false,
+                adapter: AdapterUse::PassedBy,
+            },
+            None => QueryVector {
+                vector,
+                adapter: AdapterUse::NoAdapter,
             },
         }
     }
