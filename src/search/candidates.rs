@@ -43,6 +43,10 @@ pub(super) struct Candidate {
     pub(super) bm25: f64,
     /// Cosine similarity to the query, when the vector side found the chunk.
     pub(super) similarity: Option<f32>,
+    /// Cosine similarity to the query moved toward the first results
+    /// ([`super::feedback`]): what the fusion ranks by when set; the
+    /// confidence keeps the query's own.
+    pub(super) feedback_similarity: Option<f32>,
     /// Cosine similarity of the chunk's signature vector to the query
     /// (the nearest of `semantic::signature_texts`), when it has one.
     pub(super) signature_similarity: Option<f32>,
@@ -56,6 +60,13 @@ pub(super) struct Candidate {
     pub(super) exact_member: Option<Member>,
 }
 
+impl Candidate {
+    /// The similarity the fusion ranks by: after the feedback, if any.
+    pub(super) fn ranking_similarity(&self) -> Option<f32> {
+        self.feedback_similarity.or(self.similarity)
+    }
+}
+
 /// A candidate's chunk as read from the index, with its stored vectors (raw)
 /// until the query vector is there to compare them with.
 pub(super) struct CandidateRow {
@@ -66,6 +77,9 @@ pub(super) struct CandidateRow {
 
 /// Chunk ids with their cosine similarity to the query, best first.
 type Neighbours = Vec<(i64, f32)>;
+
+/// Candidates' chunk vectors by chunk id.
+pub(super) type ChunkVectors = HashMap<i64, Vec<f32>>;
 
 /// Query terms with their document frequencies.
 type Terms<'q> = Vec<(&'q String, f64)>;
@@ -90,6 +104,8 @@ pub(super) struct Gathered<'s> {
     pub vectors: Option<VectorSearch<'s>>,
     /// Whether the hits were read with their text.
     pub with_content: bool,
+    /// The candidates' chunk vectors, in hybrid mode (for the feedback).
+    pub chunk_vectors: ChunkVectors,
 }
 
 /// The vector side of one search: the semantic side and the query's vector.
@@ -143,7 +159,8 @@ impl Searcher {
             .as_ref()
             .zip(signature_model.as_deref())
             .map(|(v, model)| (model, v.query.vector.as_slice()));
-        let mut hits = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
+        let (mut hits, chunk_vectors) =
+            self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
         }
@@ -153,6 +170,7 @@ impl Searcher {
             hits,
             vectors,
             with_content,
+            chunk_vectors,
         })
     }
 
@@ -425,21 +443,24 @@ impl Searcher {
         fill_from: Option<(&str, &[f32])>,
         signatures_from: Option<(&str, &[f32])>,
         mut preloaded: HashMap<i64, CandidateRow>,
-    ) -> Result<Vec<SearchHit>> {
+    ) -> Result<(Vec<SearchHit>, ChunkVectors)> {
         let mut hits = Vec::with_capacity(candidates.len());
+        let mut vectors = HashMap::new();
         for (&id, candidate) in candidates.iter_mut() {
             let row = match preloaded.remove(&id) {
                 Some(row) => row,
                 None => {
-                    let model = fill_from
-                        .filter(|_| candidate.similarity.is_none())
-                        .map(|(model, _)| model);
+                    let model = fill_from.map(|(model, _)| model);
                     let signature_model = signatures_from.map(|(model, _)| model);
                     self.read_row(id, with_content, model, signature_model)?
                 }
             };
-            if let (None, Some(blob), Some((_, query))) = (candidate.similarity, &row.vector, fill_from) {
-                candidate.similarity = Some(crate::embed::cosine(query, &crate::store::vectors::decode(blob)));
+            if let (Some(blob), Some((_, query))) = (&row.vector, fill_from) {
+                let vector = crate::store::vectors::decode(blob);
+                if candidate.similarity.is_none() {
+                    candidate.similarity = Some(crate::embed::cosine(query, &vector));
+                }
+                vectors.insert(id, vector);
             }
             if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
                 // One vector per name of the chunk, end to end: the nearest counts.
@@ -450,7 +471,7 @@ impl Searcher {
             }
             hits.push(row.hit);
         }
-        Ok(hits)
+        Ok((hits, vectors))
     }
 
     /// The rows of `ids` (see [`Self::read_row`]).

@@ -179,7 +179,7 @@ impl Sides {
     fn of(candidates: &HashMap<i64, Candidate>) -> Sides {
         Sides {
             max_bm25: candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max),
-            chunk: SpreadScale::of(candidates, |c| c.similarity),
+            chunk: SpreadScale::of(candidates, Candidate::ranking_similarity),
             signature: SpreadScale::of(candidates, |c| c.signature_similarity),
         }
     }
@@ -193,7 +193,7 @@ impl Sides {
     }
 
     fn semantic(&self, c: &Candidate) -> f64 {
-        self.chunk.score(c.similarity)
+        self.chunk.score(c.ranking_similarity())
     }
 
     fn signature(&self, c: &Candidate) -> f64 {
@@ -213,7 +213,7 @@ impl Sides {
         Explain {
             bm25: c.bm25,
             lexical: self.lexical(c),
-            cosine: c.similarity.filter(|_| vectors),
+            cosine: c.ranking_similarity().filter(|_| vectors),
             semantic: vectors.then(|| self.semantic(c)),
             signature_cosine: c.signature_similarity.filter(|_| vectors),
             signature: vectors.then(|| self.signature(c)),
@@ -311,7 +311,7 @@ pub(super) fn fuse(
                     .collect()
             };
             let lexical_rank = rank_by(&|c| (c.bm25 > 0.0).then_some(c.bm25));
-            let semantic_rank = rank_by(&|c| c.similarity.map(f64::from));
+            let semantic_rank = rank_by(&|c| c.ranking_similarity().map(f64::from));
             let signature_rank = rank_by(&|c| c.signature_similarity.map(f64::from));
             let rrf = |weight: f64, rank: Option<&usize>| rank.map_or(0.0, |&r| weight / (k + r as f64 + 1.0));
             candidates

@@ -57,7 +57,8 @@ pub struct Explain {
     pub bm25: f64,
     /// The lexical side: BM25 over the best candidate's, 0..1.
     pub lexical: f64,
-    /// Cosine similarity of the chunk's vector to the query's (none: no vector, or lexical mode).
+    /// Cosine similarity of the chunk's vector to the query's, in hybrid mode
+    /// as moved by the feedback (none: no vector, or lexical mode).
     pub cosine: Option<f32>,
     /// The semantic side: that similarity scaled by the candidates' spread, 0..1.
     pub semantic: Option<f64>,

@@ -13,6 +13,7 @@ pub mod confidence;
 mod definitions;
 mod diversity;
 pub mod engine;
+mod feedback;
 mod fusion;
 mod hit;
 pub mod kb;
@@ -269,7 +270,7 @@ impl Searcher {
                 candidates.entry(id).or_default().similarity = Some(similarity);
             }
         }
-        let mut hits = self.load_hits(&mut candidates, false, None, None, HashMap::new())?;
+        let (mut hits, _) = self.load_hits(&mut candidates, false, None, None, HashMap::new())?;
         if let Some((_, path)) = &source {
             if !include_source_file {
                 hits.retain(|h| &h.path != path);
@@ -355,13 +356,20 @@ impl Searcher {
 
         let mut clock = PhaseClock::start();
         let Gathered {
-            candidates,
+            mut candidates,
             mut hits,
             vectors,
             with_content,
+            chunk_vectors,
         } = self.gather(&query, req, &mut clock)?;
         let fusion = self.fusion_for(vectors.as_ref(), &query);
-        let fused = fusion::fuse(&candidates, req.mode, vectors.is_some(), fusion);
+        let mut fused = fusion::fuse(&candidates, req.mode, vectors.is_some(), fusion);
+        if let Some(v) = vectors.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
+            // The first results by both sides, which the query's vector moves toward.
+            rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
+            feedback::move_query(&v.query.vector, &hits, &chunk_vectors, &mut candidates);
+            fused = fusion::fuse(&candidates, req.mode, true, fusion);
+        }
         let explain = req
             .explain
             .then(|| FusionExplain::of(&candidates, req.mode, vectors.is_some(), fusion));

@@ -195,7 +195,7 @@ pub struct Explain {
     pub bm25: f64,
     /// The lexical side: BM25 over the best candidate's, 0..1.
     pub lexical: f64,
-    /// Cosine similarity of the chunk's vector to the query's (none: no vector, or lexical mode).
+    /// Cosine similarity of the chunk's vector to the query's (hybrid: after the feedback; none: no vector, or lexical mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cosine: Option<f32>,
     /// The semantic side: that similarity scaled by the candidates' spread, 0..1.
