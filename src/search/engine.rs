@@ -2,8 +2,9 @@
 //! pushed to it, ranked as a local search is: lexical candidates from the
 //! engine's full-text index over ken's own terms, ranked by BM25 computed
 //! in SQL (PostgreSQL's `ts_rank` has no IDF), vector candidates from its HNSW
-//! index, every candidate scored on both sides, then ken's [`fusion`] and
-//! [`rerank`] and the per-file spread. Each hit names its repository.
+//! index, every candidate scored on both sides, then ken's [`fusion`], the
+//! [`feedback`] on the vector side, [`rerank`] and the per-file spread. Each
+//! hit names its repository.
 
 use std::collections::HashMap;
 
@@ -18,7 +19,7 @@ use super::definitions::Defines;
 use super::diversity::diversify;
 use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
-use super::{fusion, rerank, Fusion, SearchMode, SearchRequest};
+use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
 
 /// Terms in more than this share of chunks match nothing alone when rarer
 /// terms remain, and those in more than the second share only when all are
@@ -146,6 +147,10 @@ impl EngineSearcher {
             .as_ref()
             .map(|(embedder, vector)| QueryEmbedding { embedder, vector });
         let rows = self.engine.rows(&ids, q.as_ref())?;
+        let chunk_vectors: HashMap<i64, Vec<f32>> = rows
+            .iter()
+            .filter_map(|row| row.vector.clone().map(|v| (row.id, v)))
+            .collect();
         let (mut hits, repos) = self.hits_of(rows, &mut candidates, &query, req)?;
         let fusion = match self.embedder.get() {
             Some(e) if vector.is_some() => self.fusion.leaned(
@@ -157,7 +162,13 @@ impl EngineSearcher {
             ),
             _ => self.fusion,
         };
-        let fused = fusion::fuse(&candidates, req.mode, vector.is_some(), fusion);
+        let mut fused = fusion::fuse(&candidates, req.mode, vector.is_some(), fusion);
+        if let Some((_, vector)) = vector.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
+            // As in a local search: the query's vector moved toward the first results.
+            rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
+            feedback::move_query(vector, &hits, &chunk_vectors, &mut candidates);
+            fused = fusion::fuse(&candidates, req.mode, true, fusion);
+        }
         rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
         Ok(finish(hits, &repos, &query, req))
     }

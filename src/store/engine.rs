@@ -120,6 +120,8 @@ pub struct EngineRow {
     pub text: String,
     /// Cosine similarity to the query vector, when the row has a vector of its embedder.
     pub similarity: Option<f32>,
+    /// The row's vector, when it has one of the query's embedder.
+    pub vector: Option<Vec<f32>>,
 }
 
 /// What [`Engine::term_frequencies`] tells of a query's terms.
@@ -353,20 +355,23 @@ impl Engine {
     /// The chunks `ids`, each with its similarity to `query` when it has a
     /// vector of the query's embedder.
     pub fn rows(&mut self, ids: &[i64], query: Option<&QueryEmbedding>) -> Result<Vec<EngineRow>> {
-        let similarity = match query {
+        let (similarity, vector) = match query {
             Some(q) => {
                 let d = q.vector.len();
-                format!(
-                    "CASE WHEN embedder = {} THEN (1 - (embedding::vector({d}) <=> {}::vector({d})))::FLOAT4 END",
-                    sql_literal(q.embedder),
-                    sql_literal(&vector_literal(q.vector))
+                let embedder = sql_literal(q.embedder);
+                (
+                    format!(
+                        "CASE WHEN embedder = {embedder} THEN (1 - (embedding::vector({d}) <=> {}::vector({d})))::FLOAT4 END",
+                        sql_literal(&vector_literal(q.vector))
+                    ),
+                    format!("CASE WHEN embedder = {embedder} THEN embedding::text END"),
                 )
             }
-            None => "NULL::FLOAT4".to_string(),
+            None => ("NULL::FLOAT4".to_string(), "NULL::TEXT".to_string()),
         };
         let rows = self.client.query(
             &format!(
-                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity}
+                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity}, {vector}
                  FROM ken_chunks WHERE id = ANY($1)"
             ),
             &[&ids],
@@ -385,6 +390,7 @@ impl Engine {
                 end_line: r.get::<_, i32>(8) as u32,
                 text: r.get(9),
                 similarity: r.get(10),
+                vector: r.get::<_, Option<String>>(11).as_deref().and_then(parse_vector_literal),
             })
             .collect())
     }
@@ -467,6 +473,15 @@ fn hnsw_index_sql(embedder: &str, dimensions: usize) -> String {
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+/// A vector from pgvector's text form (`[0.1,-2,3e-5]`); `None` if it is not one.
+fn parse_vector_literal(text: &str) -> Option<Vec<f32>> {
+    let inner = text.trim().strip_prefix('[')?.strip_suffix(']')?;
+    if inner.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    inner.split(',').map(|x| x.trim().parse::<f32>().ok()).collect()
 }
 
 /// pgvector's text form of a vector.
@@ -562,6 +577,16 @@ mod tests {
     fn tsvector_literal_keeps_terms_whole_with_field_weights() {
         let literal = tsvector_literal("parse config", "src config rs", "it's parse");
         assert_eq!(literal, "'parse':1A,7 'config':2A,4B 'src':3B 'rs':5B 'it''s':6");
+    }
+
+    #[test]
+    fn vectors_read_back_from_pgvector_text_as_written() {
+        let vector = [0.25f32, -1.5, 3.0e-5, 7.0];
+        assert_eq!(parse_vector_literal(&vector_literal(&vector)), Some(vector.to_vec()));
+        assert_eq!(parse_vector_literal("[1, -2.5]"), Some(vec![1.0, -2.5]));
+        assert_eq!(parse_vector_literal("[]"), Some(Vec::new()));
+        assert_eq!(parse_vector_literal("[1,x]"), None);
+        assert_eq!(parse_vector_literal("1,2"), None);
     }
 
     #[test]
