@@ -147,10 +147,6 @@ impl EngineSearcher {
             .as_ref()
             .map(|(embedder, vector)| QueryEmbedding { embedder, vector });
         let rows = self.engine.rows(&ids, q.as_ref())?;
-        let chunk_vectors: HashMap<i64, Vec<f32>> = rows
-            .iter()
-            .filter_map(|row| row.vector.clone().map(|v| (row.id, v)))
-            .collect();
         let (mut hits, repos) = self.hits_of(rows, &mut candidates, &query, req)?;
         let fusion = match self.embedder.get() {
             Some(e) if vector.is_some() => self.fusion.leaned(
@@ -163,11 +159,14 @@ impl EngineSearcher {
             _ => self.fusion,
         };
         let mut fused = fusion::fuse(&candidates, req.mode, vector.is_some(), fusion);
-        if let Some((_, vector)) = vector.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
-            // As in a local search: the query's vector moved toward the first results.
-            rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
-            feedback::move_query(vector, &hits, &chunk_vectors, &mut candidates);
-            fused = fusion::fuse(&candidates, req.mode, true, fusion);
+        if let Some((embedder, vector)) = vector.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
+            // As in a local search; the engine sends the first results'
+            // vectors and computes the candidates' similarities itself.
+            let mut source = EngineVectors {
+                engine: &mut self.engine,
+                embedder,
+            };
+            fused = feedback::fuse_again(&mut hits, &mut candidates, fused, &query, fusion, vector, &mut source)?;
         }
         rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
         Ok(finish(hits, &repos, &query, req))
@@ -269,6 +268,26 @@ impl EngineSearcher {
             });
         }
         Ok((hits, repos))
+    }
+}
+
+/// The engine's chunk vectors of one embedder, for the feedback.
+struct EngineVectors<'e> {
+    engine: &'e mut Engine,
+    embedder: &'e str,
+}
+
+impl feedback::ChunkVectorSource for EngineVectors<'_> {
+    fn vectors_of(&mut self, ids: &[i64]) -> Result<HashMap<i64, Vec<f32>>> {
+        self.engine.vectors_of(ids, self.embedder)
+    }
+
+    fn similarities_to(&mut self, target: &[f32], ids: &[i64]) -> Result<Vec<(i64, f32)>> {
+        let q = QueryEmbedding {
+            embedder: self.embedder,
+            vector: target,
+        };
+        self.engine.similarities(ids, &q)
     }
 }
 

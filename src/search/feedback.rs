@@ -10,45 +10,100 @@
 
 use std::collections::HashMap;
 
+use anyhow::Result;
+
 use super::candidates::Candidate;
+use super::fusion::{self, Fusion};
 use super::hit::SearchHit;
+use super::query::Query;
+use super::{rerank, SearchMode};
 
 /// How many of the first results the query moves toward: two lost agent
 /// file R@1 and chunk H@1 (.633 → .617, .383 → .367).
 const FEEDBACK_RESULTS: usize = 3;
+/// How far down the first ranking a result's vector is looked for, when
+/// some of the first have none yet (an index still being embedded).
+const FEEDBACK_DEPTH: usize = 10;
 /// How far it moves: the results' mean counts this much beside the query,
 /// which weighs 1. 0.3 lost an agent chunk hit at 10 and two doc ones at 1
 /// more; 0.5 and more drifted from the question (swe file R@10 .840 → .815
 /// at 0.5, .802 at 1.0).
 const FEEDBACK_WEIGHT: f32 = 0.2;
 
+/// Where the feedback reads the candidates' chunk vectors: the vectors a
+/// local search read with its candidates' rows, or the shared engine, which
+/// sends the few vectors asked for and computes the similarities itself.
+pub(super) trait ChunkVectorSource {
+    /// The vectors of those of `ids` that have one.
+    fn vectors_of(&mut self, ids: &[i64]) -> Result<HashMap<i64, Vec<f32>>>;
+    /// The cosine similarity of each of `ids` that has a vector to `target`.
+    fn similarities_to(&mut self, target: &[f32], ids: &[i64]) -> Result<Vec<(i64, f32)>>;
+}
+
+impl ChunkVectorSource for HashMap<i64, Vec<f32>> {
+    fn vectors_of(&mut self, ids: &[i64]) -> Result<HashMap<i64, Vec<f32>>> {
+        Ok(ids.iter().filter_map(|id| Some((*id, self.get(id)?.clone()))).collect())
+    }
+
+    fn similarities_to(&mut self, target: &[f32], ids: &[i64]) -> Result<Vec<(i64, f32)>> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.get(id).filter(|v| v.len() == target.len()).map(|v| (*id, v)))
+            .map(|(id, v)| (id, crate::embed::cosine(target, v)))
+            .collect())
+    }
+}
+
+/// The fusion of a hybrid search taken again after the feedback: `hits`
+/// ranked by the first fusion `fused`, the query's vector moved toward the
+/// first results ([`move_query`]), every candidate fused again.
+pub(super) fn fuse_again(
+    hits: &mut [SearchHit],
+    candidates: &mut HashMap<i64, Candidate>,
+    fused: HashMap<i64, f64>,
+    query: &Query,
+    fusion: Fusion,
+    query_vector: &[f32],
+    source: &mut impl ChunkVectorSource,
+) -> Result<HashMap<i64, f64>> {
+    rerank::rerank(hits, candidates, &fused, query, SearchMode::Hybrid, None);
+    if !move_query(query_vector, hits, source, candidates)? {
+        return Ok(fused);
+    }
+    Ok(fusion::fuse(candidates, SearchMode::Hybrid, true, fusion))
+}
+
 /// Sets each candidate's feedback similarity: to the query's vector moved
-/// toward the vectors of the first [`FEEDBACK_RESULTS`] of `ranked` (best
-/// first by score, then by chunk id). Nothing is set when none of them has a
-/// vector. `vectors`: the candidates' chunk vectors.
+/// toward the vectors of the first [`FEEDBACK_RESULTS`] of `ranked` that
+/// have one (best first by score, then by chunk id). `false`, and nothing
+/// set, when none of them has a vector.
 pub(super) fn move_query(
     query: &[f32],
     ranked: &[SearchHit],
-    vectors: &HashMap<i64, Vec<f32>>,
+    source: &mut impl ChunkVectorSource,
     candidates: &mut HashMap<i64, Candidate>,
-) {
+) -> Result<bool> {
     let mut order: Vec<&SearchHit> = ranked.iter().collect();
     order.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.chunk_id.cmp(&b.chunk_id)));
-    let first: Vec<&[f32]> = order
+    let first_ids: Vec<i64> = order.iter().take(FEEDBACK_DEPTH).map(|h| h.chunk_id).collect();
+    let found = source.vectors_of(&first_ids)?;
+    let first: Vec<&[f32]> = first_ids
         .iter()
-        .filter_map(|h| vectors.get(&h.chunk_id))
+        .filter_map(|id| found.get(id))
         .filter(|v| v.len() == query.len())
         .take(FEEDBACK_RESULTS)
         .map(Vec::as_slice)
         .collect();
     let Some(moved) = moved_toward(query, &first) else {
-        return;
+        return Ok(false);
     };
-    for (id, candidate) in candidates.iter_mut() {
-        if let Some(vector) = vectors.get(id).filter(|v| v.len() == moved.len()) {
-            candidate.feedback_similarity = Some(crate::embed::cosine(&moved, vector));
+    let ids: Vec<i64> = candidates.keys().copied().collect();
+    for (id, similarity) in source.similarities_to(&moved, &ids)? {
+        if let Some(candidate) = candidates.get_mut(&id) {
+            candidate.feedback_similarity = Some(similarity);
         }
     }
+    Ok(true)
 }
 
 /// `query` + [`FEEDBACK_WEIGHT`] × the mean of `first`, of unit length;
@@ -103,7 +158,8 @@ mod tests {
         for (id, c) in candidates.iter_mut() {
             c.similarity = vectors.get(id).map(|v| crate::embed::cosine(&query, v));
         }
-        move_query(&query, &ranked, &vectors, &mut candidates);
+        let mut vectors = vectors;
+        assert!(move_query(&query, &ranked, &mut vectors, &mut candidates).unwrap());
 
         let (before4, after4) = (
             candidates[&4].similarity.unwrap(),
@@ -139,11 +195,11 @@ mod tests {
         assert!(moved_toward(&query, &[]).is_none());
 
         // A fourth result does not count.
-        let vectors: HashMap<i64, Vec<f32>> =
+        let mut vectors: HashMap<i64, Vec<f32>> =
             [(1, a.to_vec()), (2, a.to_vec()), (3, a.to_vec()), (4, b.to_vec())].into();
         let ranked = vec![hit(1, 4.0), hit(2, 3.0), hit(3, 2.0), hit(4, 1.0)];
         let mut candidates: HashMap<i64, Candidate> = [(4, Candidate::default())].into();
-        move_query(&query, &ranked, &vectors, &mut candidates);
+        assert!(move_query(&query, &ranked, &mut vectors, &mut candidates).unwrap());
         let toward_a = unit(&[1.0, FEEDBACK_WEIGHT, 0.0]);
         let got = candidates[&4].feedback_similarity.unwrap();
         assert!((got - crate::embed::cosine(&toward_a, &b)).abs() < 1e-6, "{got}");

@@ -360,15 +360,20 @@ impl Searcher {
             mut hits,
             vectors,
             with_content,
-            chunk_vectors,
+            mut chunk_vectors,
         } = self.gather(&query, req, &mut clock)?;
         let fusion = self.fusion_for(vectors.as_ref(), &query);
         let mut fused = fusion::fuse(&candidates, req.mode, vectors.is_some(), fusion);
         if let Some(v) = vectors.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
-            // The first results by both sides, which the query's vector moves toward.
-            rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
-            feedback::move_query(&v.query.vector, &hits, &chunk_vectors, &mut candidates);
-            fused = fusion::fuse(&candidates, req.mode, true, fusion);
+            fused = feedback::fuse_again(
+                &mut hits,
+                &mut candidates,
+                fused,
+                &query,
+                fusion,
+                &v.query.vector,
+                &mut chunk_vectors,
+            )?;
         }
         let explain = req
             .explain

@@ -120,8 +120,6 @@ pub struct EngineRow {
     pub text: String,
     /// Cosine similarity to the query vector, when the row has a vector of its embedder.
     pub similarity: Option<f32>,
-    /// The row's vector, when it has one of the query's embedder.
-    pub vector: Option<Vec<f32>>,
 }
 
 /// What [`Engine::term_frequencies`] tells of a query's terms.
@@ -355,23 +353,13 @@ impl Engine {
     /// The chunks `ids`, each with its similarity to `query` when it has a
     /// vector of the query's embedder.
     pub fn rows(&mut self, ids: &[i64], query: Option<&QueryEmbedding>) -> Result<Vec<EngineRow>> {
-        let (similarity, vector) = match query {
-            Some(q) => {
-                let d = q.vector.len();
-                let embedder = sql_literal(q.embedder);
-                (
-                    format!(
-                        "CASE WHEN embedder = {embedder} THEN (1 - (embedding::vector({d}) <=> {}::vector({d})))::FLOAT4 END",
-                        sql_literal(&vector_literal(q.vector))
-                    ),
-                    format!("CASE WHEN embedder = {embedder} THEN embedding::text END"),
-                )
-            }
-            None => ("NULL::FLOAT4".to_string(), "NULL::TEXT".to_string()),
+        let similarity = match query {
+            Some(q) => similarity_sql(q),
+            None => "NULL::FLOAT4".to_string(),
         };
         let rows = self.client.query(
             &format!(
-                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity}, {vector}
+                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity}
                  FROM ken_chunks WHERE id = ANY($1)"
             ),
             &[&ids],
@@ -390,9 +378,39 @@ impl Engine {
                 end_line: r.get::<_, i32>(8) as u32,
                 text: r.get(9),
                 similarity: r.get(10),
-                vector: r.get::<_, Option<String>>(11).as_deref().and_then(parse_vector_literal),
             })
             .collect())
+    }
+
+    /// The similarity to `query` of each of the chunks `ids` that has a vector of its embedder.
+    pub fn similarities(&mut self, ids: &[i64], query: &QueryEmbedding) -> Result<Vec<(i64, f32)>> {
+        let rows = self.client.query(
+            &format!(
+                "SELECT id, {} FROM ken_chunks WHERE id = ANY($1) AND embedder = $2",
+                similarity_sql(query)
+            ),
+            &[&ids, &query.embedder],
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| Some((r.get(0), r.get::<_, Option<f32>>(1)?)))
+            .collect())
+    }
+
+    /// The vectors of `embedder` of those of the chunks `ids` that have one.
+    pub fn vectors_of(&mut self, ids: &[i64], embedder: &str) -> Result<HashMap<i64, Vec<f32>>> {
+        let rows = self.client.query(
+            "SELECT id, embedding::text FROM ken_chunks WHERE id = ANY($1) AND embedder = $2",
+            &[&ids, &embedder],
+        )?;
+        let mut vectors = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let text: String = row.get(1);
+            let vector = parse_vector_literal(&text)
+                .with_context(|| format!("the engine sent a malformed vector: {text:.40}"))?;
+            vectors.insert(row.get(0), vector);
+        }
+        Ok(vectors)
     }
 }
 
@@ -473,6 +491,16 @@ fn hnsw_index_sql(embedder: &str, dimensions: usize) -> String {
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
+}
+
+/// SQL for the cosine similarity of a row's vector to `query`'s (NULL for another embedder's).
+fn similarity_sql(query: &QueryEmbedding) -> String {
+    let d = query.vector.len();
+    format!(
+        "CASE WHEN embedder = {} THEN (1 - (embedding::vector({d}) <=> {}::vector({d})))::FLOAT4 END",
+        sql_literal(query.embedder),
+        sql_literal(&vector_literal(query.vector))
+    )
 }
 
 /// A vector from pgvector's text form (`[0.1,-2,3e-5]`); `None` if it is not one.
