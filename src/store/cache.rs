@@ -24,6 +24,7 @@ impl SharedCache {
         }
         std::fs::create_dir_all(path.parent()?).ok()?;
         let conn = rusqlite::Connection::open(path).ok()?;
+        super::open::plan_once(&conn).ok()?;
         conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;

@@ -201,6 +201,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_statement_is_compiled_once() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open_for_write(dir.path()).unwrap());
+        for store in [
+            Store::open_for_write(dir.path()).unwrap(),
+            Store::open_for_read(dir.path()).unwrap(),
+        ] {
+            // The shape of the search's row reads: a join on a bound text and a bound id.
+            let sql = "SELECT k.path FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+                       WHERE c.id = ?2";
+            for id in 0..20 {
+                let mut stmt = store.conn.prepare_cached(sql).unwrap();
+                stmt.query_map(rusqlite::params!["main", id], |r| r.get::<_, String>(0))
+                    .unwrap()
+                    .for_each(drop);
+            }
+            let stmt = store.conn.prepare_cached(sql).unwrap();
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        }
+    }
+
+    #[test]
     fn only_search_reaches_the_connection() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut found = Vec::new();

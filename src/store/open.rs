@@ -49,7 +49,7 @@ impl Store {
         let db = dir.join(DB_FILE);
         if !locked {
             if let Existing::Ready(conn) = Self::open_existing_db(&db, false)? {
-                return Ok(Store::at(conn, dir));
+                return Store::at(conn, dir);
             }
         }
         let _lock = if locked {
@@ -59,7 +59,7 @@ impl Store {
         };
         // Checked again under the lock: another process may have just created it.
         match Self::open_existing_db(&db, false)? {
-            Existing::Ready(conn) => return Ok(Store::at(conn, dir)),
+            Existing::Ready(conn) => return Store::at(conn, dir),
             Existing::Missing => {
                 create_index(dir, None)?;
             }
@@ -89,14 +89,15 @@ impl Store {
         }
         let conn = Connection::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
         configure(&conn).map_err(|e| explain(dir, e))?;
-        Ok(Store::at(conn, dir))
+        Store::at(conn, dir)
     }
 
-    pub(super) fn at(conn: Connection, dir: &Path) -> Store {
-        Store {
+    pub(super) fn at(conn: Connection, dir: &Path) -> Result<Store> {
+        plan_once(&conn)?;
+        Ok(Store {
             conn,
             dir: dir.to_path_buf(),
-        }
+        })
     }
 
     /// Replaces the index with an empty one (a rebuild from scratch, asked
@@ -129,7 +130,7 @@ impl Store {
         let opened = Self::open_existing_db(&db, true)
             .with_context(|| format!("the index at {} cannot be used", dir.display()))?;
         match opened {
-            Existing::Ready(conn) => Ok(Store::at(conn, dir)),
+            Existing::Ready(conn) => Store::at(conn, dir),
             Existing::Missing => bail!("no index at {}; run `ken index` in the repository first", dir.display()),
             Existing::Incompatible(why) => bail!(
                 "the index at {} cannot be used: {why}; run `ken index` to rebuild it (its vectors are kept)",
@@ -254,6 +255,18 @@ pub(super) fn has_pending_wal(db: &Path) -> bool {
     wal.push("-wal");
     fs::metadata(PathBuf::from(wal)).is_ok_and(|m| m.len() > 0)
 }
+/// Plans each statement once, whatever its parameters' values. Otherwise a
+/// `col = ?` term marks its parameter as one that may change the plan, and
+/// rusqlite clears a cached statement's bindings when it goes back to the
+/// cache, which expires it: every `prepare_cached` statement was compiled
+/// again on each use (a third of a hybrid search's time). ken keeps no
+/// `sqlite_stat4`, so no plan depended on those values.
+pub(crate) fn plan_once(conn: &Connection) -> Result<()> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .context("configuring the query planner")?;
+    Ok(())
+}
+
 pub(super) fn configure(conn: &Connection) -> Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.execute_batch(

@@ -115,7 +115,7 @@ impl Store {
             .execute("VACUUM INTO ?1", [copy.0.to_str().context("non-UTF-8 export path")?])
             .with_context(|| format!("cannot copy the index to {}", copy.0.display()))?;
         let mut header = {
-            let copy = Store::at(Connection::open(&copy.0)?, &self.dir);
+            let copy = Store::at(Connection::open(&copy.0)?, &self.dir)?;
             keep_only(&copy, of)?;
             describe(&copy.conn, of)?
         };
