@@ -1094,7 +1094,26 @@ fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
     // One query is sampled per 97 chunks.
     write_unrelated(root, "lib", 300);
     index_json(root);
-    let report = ken_json(root, &["bench", "query", "--json", "--iterations", "1"]);
+    // Questions as agents ask them, from a JSON-lines file as the eval sets are.
+    let questions = tmp.path().join("questions.jsonl");
+    std::fs::write(
+        &questions,
+        "{\"query\": \"where is the retry delay of a failed request computed\"}\n\n\
+         {\"query\": \"which function parses the settings file\"}\n",
+    )
+    .unwrap();
+    let report = ken_json(
+        root,
+        &[
+            "bench",
+            "query",
+            "--json",
+            "--iterations",
+            "1",
+            "--questions",
+            questions.to_str().unwrap(),
+        ],
+    );
     assert_eq!(report["vectors"], report["chunks"], "{report}");
     let modes: Vec<&str> = report["modes"]
         .as_array()
@@ -1107,10 +1126,16 @@ fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
         "semantic words",
         "hybrid words",
         "hybrid words (repeated)",
+        "lexical questions",
+        "hybrid questions",
     ] {
         assert!(modes.contains(&mode), "{mode} in {modes:?}");
     }
-    let phases = report["hybrid_word_phases"].as_array().unwrap();
+    assert_eq!(report["hybrid_phases"][1][0], "questions", "{report}");
+    assert!(report["question_embedding_p50_ms"].as_f64().unwrap() > 0.0, "{report}");
+    let phases = &report["hybrid_phases"][0];
+    assert_eq!(phases[0], "words", "{report}");
+    let phases = phases[1].as_array().unwrap();
     assert_eq!(phases.len(), 5, "{report}");
     // Every phase but the rescoring (no vector-only candidate may be left) takes time.
     for phase in phases.iter().filter(|p| !p[0].as_str().unwrap().starts_with("BM25")) {

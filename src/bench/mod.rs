@@ -461,10 +461,13 @@ pub struct QueryBench {
     pub queries: usize,
     /// (mode and query kind, p50 ms, p95 ms)
     pub modes: Vec<(String, f64, f64)>,
-    /// Hybrid word queries by phase (`search::SearchPhases`): (phase, p50 ms).
-    pub hybrid_word_phases: Vec<(String, f64)>,
+    /// Hybrid searches by phase (`search::SearchPhases`), per kind of query
+    /// (words, questions): (kind, [(phase, p50 ms)]).
+    pub hybrid_phases: Vec<(String, Vec<(String, f64)>)>,
     /// Embedding the query alone (built-in model), p50 ms.
     pub query_embedding_p50_ms: f64,
+    /// The same for the questions, when given.
+    pub question_embedding_p50_ms: Option<f64>,
     /// The same through candle's batch pass (the baseline; ken's batch pass
     /// for a model candle lacks), p50 ms.
     pub query_embedding_batch_pass_p50_ms: f64,
@@ -498,9 +501,35 @@ fn time_query_embedding(searcher: &Searcher, queries: &[String]) -> Result<(Vec<
     Ok((embed_ms, batch_pass_ms))
 }
 
-/// Runs every sampled query `iterations` times in each mode, after one
-/// warm-up pass that loads the model and the vector file.
-pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: usize) -> Result<QueryBench> {
+/// The questions of `file`: its lines, or the `query` field of each line of a `.jsonl` file.
+pub fn read_questions(file: &std::path::Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let jsonl = file.extension().is_some_and(|e| e == "jsonl");
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .enumerate()
+        .map(|(n, line)| {
+            if !jsonl {
+                return Ok(line.trim().to_string());
+            }
+            let value: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}: line {} is not JSON", file.display(), n + 1))?;
+            value["query"]
+                .as_str()
+                .map(str::to_string)
+                .with_context(|| format!("{}: line {} has no \"query\" string", file.display(), n + 1))
+        })
+        .collect()
+}
+
+/// Runs every sampled query, and each of `questions`, `iterations` times in
+/// each mode, after one warm-up pass that loads the model and the vector file.
+pub fn query(
+    root: &std::path::Path,
+    index_dir: &std::path::Path,
+    iterations: usize,
+    questions: &[String],
+) -> Result<QueryBench> {
     let searcher = Searcher::open(root, index_dir)?;
     let store = searcher.store();
     let chunks = store.counted_chunks()? as u64;
@@ -514,7 +543,8 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     let identifiers = queries.iter().filter(|q| !q.contains(' ')).count();
     let (idents, words) = queries.split_at(identifiers);
     let mut modes = Vec::new();
-    let mut phases: Vec<SearchPhases> = Vec::new();
+    // Hybrid searches by phase, per kind of query.
+    let mut phases: Vec<(&str, Vec<SearchPhases>)> = Vec::new();
     // The second lexical run ranks with FTS5's own bm25(), the baseline of ken_bm25.
     let runs = [
         ("lexical", SearchMode::Lexical, false),
@@ -528,7 +558,7 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
             continue;
         }
         searcher.rank_with_stock_bm25(stock_bm25);
-        for (kind, set) in [("identifiers", idents), ("words", words)] {
+        for (kind, set) in [("identifiers", idents), ("words", words), ("questions", questions)] {
             if set.is_empty() {
                 continue;
             }
@@ -544,8 +574,11 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
                     searcher.search(&req)?;
                     if pass > 0 {
                         ms.push(t.elapsed().as_secs_f64() * 1e3);
-                        if mode == SearchMode::Hybrid && kind == "words" {
-                            phases.push(searcher.last_phases());
+                        if mode == SearchMode::Hybrid && kind != "identifiers" {
+                            match phases.iter_mut().find(|(k, _)| *k == kind) {
+                                Some((_, of_kind)) => of_kind.push(searcher.last_phases()),
+                                None => phases.push((kind, vec![searcher.last_phases()])),
+                            }
                         }
                     }
                 }
@@ -583,34 +616,42 @@ pub fn query(root: &std::path::Path, index_dir: &std::path::Path, iterations: us
     } else {
         (Vec::new(), Vec::new())
     };
-    let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
-        let mut ms: Vec<f64> = phases.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
-        percentile(&mut ms, 0.5)
-    };
-    let hybrid_word_phases = if phases.is_empty() {
-        Vec::new()
+    let mut question_embed_ms = if vectors > 0 && !questions.is_empty() {
+        time_query_embedding(&searcher, questions)?.0
     } else {
-        vec![
-            (
-                "lexical side, query embedding beside it".to_string(),
-                phase_p50(|p| p.lexical),
-            ),
-            ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
-            ("BM25 of vector-only candidates".to_string(), phase_p50(|p| p.rescore)),
-            (
-                "loading candidates and their vectors".to_string(),
-                phase_p50(|p| p.load),
-            ),
-            ("fusion, rerank, snippets".to_string(), phase_p50(|p| p.rank)),
-        ]
+        Vec::new()
     };
+    let hybrid_phases = phases
+        .iter()
+        .map(|(kind, of_kind)| {
+            let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
+                let mut ms: Vec<f64> = of_kind.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
+                percentile(&mut ms, 0.5)
+            };
+            let by_phase = vec![
+                (
+                    "lexical side, query embedding beside it".to_string(),
+                    phase_p50(|p| p.lexical),
+                ),
+                ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
+                ("BM25 of vector-only candidates".to_string(), phase_p50(|p| p.rescore)),
+                (
+                    "loading candidates and their vectors".to_string(),
+                    phase_p50(|p| p.load),
+                ),
+                ("fusion, rerank, snippets".to_string(), phase_p50(|p| p.rank)),
+            ];
+            (kind.to_string(), by_phase)
+        })
+        .collect();
     Ok(QueryBench {
         chunks,
         vectors,
-        queries: queries.len(),
+        queries: queries.len() + questions.len(),
         modes,
-        hybrid_word_phases,
+        hybrid_phases,
         query_embedding_p50_ms: percentile(&mut embed_ms, 0.5),
+        question_embedding_p50_ms: (!question_embed_ms.is_empty()).then(|| percentile(&mut question_embed_ms, 0.5)),
         query_embedding_batch_pass_p50_ms: percentile(&mut batch_pass_ms, 0.5),
     })
 }

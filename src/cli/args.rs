@@ -430,6 +430,9 @@ pub(super) enum BenchCommand {
         /// Times each sampled query is run per mode.
         #[arg(long, default_value_t = 3)]
         iterations: usize,
+        /// Also time these questions, as agents ask them: one per line, or the `query` field of each line of a `.jsonl` file.
+        #[arg(long, value_name = "FILE")]
+        questions: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },

@@ -10,7 +10,11 @@ use crate::bench;
 /// `ken bench WHAT`.
 pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
     match what {
-        BenchCommand::Query { iterations, json } => query(at, iterations, json),
+        BenchCommand::Query {
+            iterations,
+            questions,
+            json,
+        } => query(at, iterations, questions.as_deref(), json),
         BenchCommand::Vectors {
             count,
             dimensions,
@@ -77,9 +81,13 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
 }
 
 /// `ken bench query`: each search mode's latency on the existing index.
-fn query(at: &Place, iterations: usize, json: bool) -> Result<i32> {
+fn query(at: &Place, iterations: usize, questions: Option<&std::path::Path>, json: bool) -> Result<i32> {
     let (root, index_dir) = at.read()?;
-    let report = bench::query(&root, &index_dir, iterations)?;
+    let questions = match questions {
+        Some(file) => bench::read_questions(file)?,
+        None => Vec::new(),
+    };
+    let report = bench::query(&root, &index_dir, iterations, &questions)?;
     if json {
         print_json(&report)
     } else {

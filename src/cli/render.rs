@@ -573,13 +573,12 @@ pub(super) fn query_bench(report: &QueryBench, iterations: usize) -> String {
             p50 / lexical.map_or(1.0, |m| m.1).max(1e-9)
         );
     }
-    if !report.hybrid_word_phases.is_empty() {
-        let phases: Vec<String> = report
-            .hybrid_word_phases
+    for (kind, phases) in &report.hybrid_phases {
+        let phases: Vec<String> = phases
             .iter()
             .map(|(phase, p50)| format!("{phase} {p50:.2} ms"))
             .collect();
-        let _ = writeln!(out, "hybrid words by phase (p50): {}", phases.join(", "));
+        let _ = writeln!(out, "hybrid {kind} by phase (p50): {}", phases.join(", "));
     }
     if report.vectors > 0 {
         let _ = writeln!(
@@ -589,6 +588,9 @@ pub(super) fn query_bench(report: &QueryBench, iterations: usize) -> String {
             report.query_embedding_p50_ms / report.query_embedding_batch_pass_p50_ms.max(1e-9),
             report.query_embedding_batch_pass_p50_ms
         );
+        if let Some(p50) = report.question_embedding_p50_ms {
+            let _ = writeln!(out, "question embedding alone: p50 {p50:.2} ms");
+        }
     } else {
         let _ = writeln!(out, "no vectors in this index: semantic and hybrid rows skipped");
     }
