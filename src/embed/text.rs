@@ -41,11 +41,18 @@ fn spelled_names(text: &str) -> Option<String> {
 /// The text a query is embedded as: as typed, then, when it names identifiers
 /// the word pieces would split, the same spelled as words, as chunk names are
 /// (`toRgba` → `toRgba\nto rgba`). ident-public semantic: chunk H@1 .465 → .540.
+/// A question gets only its names spelled after it, not itself again: the
+/// model's time grows with the tokens, and a question written twice took
+/// twice as long (over 64 tokens, the slower batch pass) for the same meaning.
 pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
-    match spelled_names(query) {
-        Some(spelled) => format!("{query}\n{spelled}").into(),
-        None => query.into(),
+    let Some(spelled) = spelled_names(query) else {
+        return query.into();
+    };
+    if !crate::source::lexical::is_question(query) {
+        return format!("{query}\n{spelled}").into();
     }
+    let names = crate::source::lexical::split_names(query);
+    format!("{query}\n{}", names.join(", ")).into()
 }
 
 /// The texts of a chunk's signature vector, one per name it defines (up to
@@ -160,6 +167,11 @@ mod tests {
             "where is parse_config called"
         );
         assert_eq!(query_text("JWT expiry check"), "JWT expiry check");
+        // A question: only the names it says, not the question again.
+        assert_eq!(
+            query_text("where does toRgba convert a hex string like 0xff0000, and does parse_config call toRgba?"),
+            "where does toRgba convert a hex string like 0xff0000, and does parse_config call toRgba?\nto rgba, 0 xff 0000"
+        );
     }
 
     #[test]

@@ -98,6 +98,21 @@ pub fn spaced_identifiers(text: &str) -> String {
     out
 }
 
+/// The words of `text` that [`spaced_identifiers`] cuts other than at `_`
+/// and `-` (camelCase, letters and digits), cut and lowercased, in order
+/// and once each: `parseHTTPConfig` → `parse http config`; not `parse_config`.
+pub fn split_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for_each_word(text, |word| {
+        let parts = split_identifier(word);
+        let spelled = parts.join(" ").to_lowercase();
+        if parts.len() > 1 && spelled != word.replace(['_', '-'], " ").to_lowercase() && !names.contains(&spelled) {
+            names.push(spelled);
+        }
+    });
+    names
+}
+
 /// Words from which a query is a question rather than a name or keywords.
 pub const QUESTION_WORDS: usize = 4;
 
