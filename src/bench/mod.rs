@@ -505,7 +505,8 @@ fn time_query_embedding(searcher: &Searcher, queries: &[String]) -> Result<(Vec<
 pub fn read_questions(file: &std::path::Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let jsonl = file.extension().is_some_and(|e| e == "jsonl");
-    text.lines()
+    let questions: Vec<String> = text
+        .lines()
         .filter(|line| !line.trim().is_empty())
         .enumerate()
         .map(|(n, line)| {
@@ -519,7 +520,9 @@ pub fn read_questions(file: &std::path::Path) -> Result<Vec<String>> {
                 .map(str::to_string)
                 .with_context(|| format!("{}: line {} has no \"query\" string", file.display(), n + 1))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    anyhow::ensure!(!questions.is_empty(), "{} holds no questions", file.display());
+    Ok(questions)
 }
 
 /// Runs every sampled query, and each of `questions`, `iterations` times in

@@ -45,14 +45,16 @@ fn spelled_names(text: &str) -> Option<String> {
 /// model's time grows with the tokens, and a question written twice took
 /// twice as long (over 64 tokens, the slower batch pass) for the same meaning.
 pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
-    let Some(spelled) = spelled_names(query) else {
-        return query.into();
+    let spelled = if crate::source::lexical::is_question(query) {
+        let names = crate::source::lexical::split_names(query);
+        (!names.is_empty()).then(|| names.join(", "))
+    } else {
+        spelled_names(query)
     };
-    if !crate::source::lexical::is_question(query) {
-        return format!("{query}\n{spelled}").into();
+    match spelled {
+        Some(spelled) => format!("{query}\n{spelled}").into(),
+        None => query.into(),
     }
-    let names = crate::source::lexical::split_names(query);
-    format!("{query}\n{}", names.join(", ")).into()
 }
 
 /// The texts of a chunk's signature vector, one per name it defines (up to
@@ -171,6 +173,11 @@ mod tests {
         assert_eq!(
             query_text("where does toRgba convert a hex string like 0xff0000, and does parse_config call toRgba?"),
             "where does toRgba convert a hex string like 0xff0000, and does parse_config call toRgba?\nto rgba, 0 xff 0000"
+        );
+        // A question whose only split words are flags and snake_case names is embedded as typed.
+        assert_eq!(
+            query_text("how does --replace expand $name in parse_config"),
+            "how does --replace expand $name in parse_config"
         );
     }
 
