@@ -428,7 +428,8 @@ pub fn embed(
         sorted.sort_by_key(|t| t.len());
         let tokens: usize = model.token_counts(&sorted)?.iter().sum();
         let t = Instant::now();
-        for batch in sorted.chunks(16) {
+        // The batches `ken index` makes.
+        for batch in sorted.chunks(crate::embed::Embedder::preferred_batch(&model)) {
             crate::embed::Embedder::embed(&model, batch, crate::embed::InputKind::Document)?;
         }
         let secs = t.elapsed().as_secs_f64();
