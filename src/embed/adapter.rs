@@ -176,7 +176,8 @@ impl QueryAdapter {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         let dims = (matrix.len() as f64).sqrt() as usize;
-        (dims > 0 && dims * dims == matrix.len() && blob.len() % 4 == 0).then(|| QueryAdapter::of(dims, matrix))
+        (dims > 0 && dims * dims == matrix.len() && blob.len().is_multiple_of(4))
+            .then(|| QueryAdapter::of(dims, matrix))
     }
 }
 

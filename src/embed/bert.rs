@@ -10,11 +10,13 @@
 //! Both compute GELU's erf as a branch-free rational function ([`erf`]).
 //! libm's, which candle's own GELU calls per element, was ~16% of a batch's
 //! profile; replacing it made batches 1.15x and query passes 1.3x faster.
-//! The batch pass's attention weights come from one softmax over each item's
-//! real keys ([`KeySoftmax`], AVX2), not from a padding mask added to the
-//! scores and candle's generic softmax: that took a quarter of a batch's time.
-//! Its matrix products run on AVX-512 where the CPU has it (the `gemm`
-//! crate's `x86-v4` kernels, chosen at run time).
+//! The batch pass's attention is one operation per (item, head) on one
+//! thread ([`Attention`]): both products, and a softmax over the item's real
+//! keys (AVX2), not a padding mask added to the scores and candle's generic
+//! softmax (a quarter of a batch's time) nor candle's batched products, which
+//! split each small product over both cores. Its matrix products run on
+//! AVX-512 where the CPU has it (the `gemm` crate's `x86-v4` kernels, chosen
+//! at run time).
 //!
 //! candle runs every matrix product through a general GEMM that packs the
 //! weight matrix on each call. For a batch of chunks that cost is shared by
@@ -29,7 +31,7 @@
 use crate::embed::model::Pooling;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Device, Layout, Module, Shape, Tensor, D};
 use candle_nn::{embedding, linear, Embedding, LayerNorm, Linear, VarBuilder};
 use candle_transformers::models::bert::{Config, HiddenAct, PositionEmbeddingType};
 use std::path::Path;
@@ -432,7 +434,7 @@ fn check_architecture(config: &Config) -> Result<()> {
     if config.position_embedding_type != PositionEmbeddingType::Absolute {
         bail!("ken's BERT passes support absolute position embeddings only");
     }
-    if config.hidden_size % config.num_attention_heads != 0 {
+    if !config.hidden_size.is_multiple_of(config.num_attention_heads) {
         bail!("hidden size {} is not a multiple of the head count", config.hidden_size);
     }
     Ok(())
@@ -539,38 +541,37 @@ impl BatchEncoder {
         let real_tokens: Vec<usize> = mask.sum(1)?.to_vec1::<u32>()?.into_iter().map(|n| n as usize).collect();
         let relative_bias = match &self.relative_bias {
             Some((table, buckets)) => {
-                // (1, heads, len, len): the same bias in every layer.
+                // (heads, len, len): the same bias in every layer.
                 let pairs = Tensor::from_vec(relative_buckets(len, *buckets), (len, len), ids.device())?;
-                Some(table.forward(&pairs)?.permute((2, 0, 1))?.unsqueeze(0)?)
+                Some(
+                    table
+                        .forward(&pairs)?
+                        .permute((2, 0, 1))?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?,
+                )
             }
             None => None,
         };
+        let attention = Attention {
+            real_tokens: &real_tokens,
+            relative_bias: relative_bias.as_deref(),
+        };
         for layer in &self.layers {
-            x = self.layer(layer, &x, &real_tokens, relative_bias.as_ref())?;
+            x = self.layer(layer, &x, &attention)?;
         }
         Ok(x)
     }
 
-    fn layer(
-        &self,
-        layer: &BatchLayer,
-        x: &Tensor,
-        real_tokens: &[usize],
-        relative_bias: Option<&Tensor>,
-    ) -> Result<Tensor> {
+    fn layer(&self, layer: &BatchLayer, x: &Tensor, attention: &Attention) -> Result<Tensor> {
         let (batch, len, hidden) = x.dims3()?;
         let head = hidden / self.heads;
         let by_head = |t: Tensor| t.reshape((batch, len, self.heads, head))?.transpose(1, 2)?.contiguous();
         let query = by_head(layer.query.forward(x)?)?;
         let key = by_head(layer.key.forward(x)?)?;
         let value = by_head(layer.value.forward(x)?)?;
-        let mut scores = query.matmul(&key.t()?)?;
-        if let Some(bias) = relative_bias {
-            scores = scores.broadcast_add(bias)?;
-        }
-        let context = scores
-            .apply_op1_no_bwd(&KeySoftmax { real_tokens })?
-            .matmul(&value)?
+        let context = query
+            .apply_op3_no_bwd(&key, &value, attention)?
             .transpose(1, 2)?
             .contiguous()?
             .flatten_from(D::Minus2)?;
@@ -590,58 +591,152 @@ fn scaled(layer: Linear, by: f64) -> candle_core::Result<Linear> {
     Ok(Linear::new(layer.weight().affine(by, 0.0)?, bias))
 }
 
-/// Softmax over the keys of attention scores `(batch, heads, queries, keys)`,
-/// counting only item `b`'s first `real_tokens[b]` keys: padding sits at the
-/// end, and its keys get weight 0. One pass in place of a mask added to the
-/// scores and candle's five (whose libm `expf` took its slow path on the
-/// mask's `f32::MIN`).
-struct KeySoftmax<'a> {
+/// Self-attention of each item and head, `softmax(q·kᵀ + bias)·v` over the
+/// item's first `real_tokens[b]` keys (padding sits at the end and gets
+/// weight 0): q (already scaled by 1/√d), k and v `(batch, heads, len, head)`,
+/// the context the same shape. One (item, head) a task, its two products on
+/// one thread: candle's batched products split each small product over both
+/// cores, thousands of times a batch, and kept every score in memory (50 MB
+/// for 16 × 256 tokens).
+struct Attention<'a> {
     real_tokens: &'a [usize],
+    /// MPNet's bias, `(heads, len, len)`.
+    relative_bias: Option<&'a [f32]>,
 }
 
-impl CustomOp1 for KeySoftmax<'_> {
+impl CustomOp3 for Attention<'_> {
     fn name(&self) -> &'static str {
-        "softmax-over-real-keys"
+        "attention-over-real-keys"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(values), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
-            candle_core::bail!("softmax: contiguous f32 input only");
-        };
-        let (batch, heads, queries, keys) = layout.shape().dims4()?;
-        if self.real_tokens.len() != batch || self.real_tokens.iter().any(|&n| n == 0 || n > keys) {
-            candle_core::bail!("softmax: {batch} items, real token counts {:?}", self.real_tokens);
+    fn cpu_fwd(
+        &self,
+        query: &CpuStorage,
+        query_layout: &Layout,
+        key: &CpuStorage,
+        key_layout: &Layout,
+        value: &CpuStorage,
+        value_layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        fn contiguous<'s>(storage: &'s CpuStorage, layout: &Layout, shape: &Shape) -> candle_core::Result<&'s [f32]> {
+            match (storage, layout.contiguous_offsets()) {
+                (CpuStorage::F32(values), Some((start, end))) if layout.shape() == shape => Ok(&values[start..end]),
+                _ => candle_core::bail!("attention: contiguous f32 inputs of one shape only"),
+            }
+        }
+        let shape = query_layout.shape();
+        let (q, k, v) = (
+            contiguous(query, query_layout, shape)?,
+            contiguous(key, key_layout, shape)?,
+            contiguous(value, value_layout, shape)?,
+        );
+        let (batch, heads, len, head) = query_layout.shape().dims4()?;
+        if self.real_tokens.len() != batch || self.real_tokens.iter().any(|&n| n == 0 || n > len) {
+            candle_core::bail!("attention: {batch} items, real token counts {:?}", self.real_tokens);
+        }
+        if self.relative_bias.is_some_and(|bias| bias.len() != heads * len * len) {
+            candle_core::bail!("attention: the relative bias is not {heads} x {len} x {len}");
         }
         use rayon::prelude::*;
-        let scores = &values[start..end];
-        let mut out = vec![0.0f32; scores.len()];
-        let per_head = queries * keys;
-        out.par_chunks_mut(per_head)
-            .zip(scores.par_chunks(per_head))
-            .enumerate()
-            .for_each(|(item_head, (out, scores))| {
+        let per_head = len * head;
+        let mut out = vec![0.0f32; q.len()];
+        out.par_chunks_mut(per_head).enumerate().for_each_init(
+            || vec![0.0f32; len * len],
+            |scores, (item_head, out)| {
                 let real = self.real_tokens[item_head / heads];
-                #[cfg(target_arch = "x86_64")]
-                if has_avx2() {
-                    // SAFETY: the CPU has AVX2 and FMA.
-                    return unsafe { avx2::softmax_rows(scores, out, keys, real) };
+                let at = item_head * per_head;
+                let (q, k, v) = (&q[at..at + per_head], &k[at..at + per_head], &v[at..at + per_head]);
+                // SAFETY: scores is len x len, its first `real` columns
+                // written; q and k are len x head, rows head apart.
+                unsafe {
+                    product(
+                        len,
+                        real,
+                        head,
+                        (scores.as_mut_ptr(), len),
+                        (q.as_ptr(), head, 1),
+                        (k.as_ptr(), 1, head),
+                    )
+                };
+                if let Some(bias) = self.relative_bias {
+                    let bias = &bias[(item_head % heads) * len * len..][..len * len];
+                    for (row, bias) in scores.chunks_exact_mut(len).zip(bias.chunks_exact(len)) {
+                        row[..real].iter_mut().zip(bias).for_each(|(s, b)| *s += b);
+                    }
                 }
-                softmax_rows(scores, out, keys, real)
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+                softmax_rows(scores, len, real);
+                // SAFETY: out is len x head; scores' first `real` columns, v's first `real` rows.
+                unsafe {
+                    product(
+                        len,
+                        head,
+                        real,
+                        (out.as_mut_ptr(), head),
+                        (scores.as_ptr(), len, 1),
+                        (v.as_ptr(), head, 1),
+                    )
+                };
+            },
+        );
+        Ok((CpuStorage::F32(out), query_layout.shape().clone()))
     }
 }
 
-/// Each row of `keys` scores, softmax over its first `real`.
-fn softmax_rows(scores: &[f32], out: &mut [f32], keys: usize, real: usize) {
-    for (out, row) in out.chunks_exact_mut(keys).zip(scores.chunks_exact(keys)) {
-        let (row, out) = (&row[..real], &mut out[..real]);
+/// `out = a · b` on this thread: `out` is `m × n` (its start, rows apart),
+/// `a` is `m × k` and `b` is `k × n` (their starts, rows apart, columns apart).
+///
+/// SAFETY: each matrix lies within its allocation, and `out` overlaps neither.
+unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    out: (*mut f32, usize),
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
+) {
+    let (o, o_rows) = out;
+    let ((a, a_rows, a_cols), (b, b_rows, b_cols)) = (a, b);
+    gemm::gemm(
+        m,
+        n,
+        k,
+        o,
+        1,
+        o_rows as isize,
+        false,
+        a,
+        a_cols as isize,
+        a_rows as isize,
+        b,
+        b_cols as isize,
+        b_rows as isize,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
+}
+
+/// Each row of `keys` scores, in place: softmax over its first `real`.
+fn softmax_rows(scores: &mut [f32], keys: usize, real: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { avx2::softmax_rows(scores, keys, real) };
+    }
+    portable_softmax_rows(scores, keys, real)
+}
+
+/// [`softmax_rows`] on any CPU.
+fn portable_softmax_rows(scores: &mut [f32], keys: usize, real: usize) {
+    for row in scores.chunks_exact_mut(keys) {
+        let row = &mut row[..real];
         let max = row.iter().fold(f32::MIN, |m, &v| m.max(v));
-        for (o, &v) in out.iter_mut().zip(row) {
-            *o = exp(v - max);
-        }
-        let inverse = 1.0 / out.iter().sum::<f32>();
-        out.iter_mut().for_each(|o| *o *= inverse);
+        row.iter_mut().for_each(|v| *v = exp(*v - max));
+        let inverse = 1.0 / row.iter().sum::<f32>();
+        row.iter_mut().for_each(|v| *v *= inverse);
     }
 }
 
@@ -764,7 +859,7 @@ fn dense(x: &[f32], m: usize, d: &Dense, y: &mut Vec<f32>) {
     y.clear();
     y.resize(m * d.out, 0.0);
     #[cfg(target_arch = "x86_64")]
-    if d.inp % 8 == 0
+    if d.inp.is_multiple_of(8)
         && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
@@ -818,7 +913,7 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dense(x: &[f32], m: usize, d: &Dense, y: OutputRows, columns: Range<usize>) {
         let n = d.inp;
-        assert!(n % 8 == 0 && x.len() >= m * n && d.weight.len() == n * d.out && columns.end <= d.out);
+        assert!(n.is_multiple_of(8) && x.len() >= m * n && d.weight.len() == n * d.out && columns.end <= d.out);
         let w = d.weight.as_ptr();
         let xp = x.as_ptr();
         let mut j = columns.start;
@@ -855,11 +950,11 @@ mod avx2 {
 
     /// [`super::softmax_rows`], eight keys at a time.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn softmax_rows(scores: &[f32], out: &mut [f32], keys: usize, real: usize) {
-        assert!(real <= keys && scores.len() == out.len() && scores.len() % keys == 0);
+    pub unsafe fn softmax_rows(scores: &mut [f32], keys: usize, real: usize) {
+        assert!(real <= keys && scores.len().is_multiple_of(keys));
         let whole = real - real % 8;
-        for (out, row) in out.chunks_exact_mut(keys).zip(scores.chunks_exact(keys)) {
-            let (r, o) = (row.as_ptr(), out.as_mut_ptr());
+        for row in scores.chunks_exact_mut(keys) {
+            let (r, o) = (row.as_ptr(), row.as_mut_ptr());
             let mut maxima = _mm256_set1_ps(f32::MIN);
             for i in (0..whole).step_by(8) {
                 maxima = _mm256_max_ps(maxima, _mm256_loadu_ps(r.add(i)));
@@ -872,12 +967,12 @@ mod avx2 {
                 sums = _mm256_add_ps(sums, e);
             }
             let mut total = sum(sums);
-            for (o, &v) in out[whole..real].iter_mut().zip(&row[whole..real]) {
-                *o = super::exp(v - max);
-                total += *o;
+            for v in &mut row[whole..real] {
+                *v = super::exp(*v - max);
+                total += *v;
             }
             let inverse = 1.0 / total;
-            out[..real].iter_mut().for_each(|o| *o *= inverse);
+            row[..real].iter_mut().for_each(|v| *v *= inverse);
         }
     }
 
@@ -1005,12 +1100,12 @@ mod tests {
         let scores: Vec<f32> = (0..keys * rows)
             .map(|i| ((i * 7919) % 101) as f32 / 9.0 - 5.0)
             .collect();
-        let mut portable = vec![f32::NAN; scores.len()];
-        portable.chunks_exact_mut(keys).for_each(|row| row[real..].fill(0.0));
-        softmax_rows(&scores, &mut portable, keys, real);
+        let mut portable = scores.clone();
+        portable_softmax_rows(&mut portable, keys, real);
         for (out, row) in portable.chunks_exact(keys).zip(scores.chunks_exact(keys)) {
-            assert!((out.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-            assert!(out[real..].iter().all(|&w| w == 0.0));
+            assert!((out[..real].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+            // The padded keys are left alone (the context product reads only the real ones).
+            assert_eq!(out[real..], row[real..]);
             let max = row[..real].iter().fold(f32::MIN, |m, &v| m.max(v));
             let total: f64 = row[..real].iter().map(|&v| f64::from(v - max).exp()).sum();
             for (&w, &v) in out.iter().zip(row).take(real) {
@@ -1018,15 +1113,10 @@ mod tests {
                 assert!((f64::from(w) - expected).abs() < 1e-6, "{w} against {expected}");
             }
         }
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
-            let mut fast = portable.clone();
-            fast.chunks_exact_mut(keys).for_each(|row| row[..real].fill(f32::NAN));
-            // SAFETY: the CPU has AVX2 and FMA.
-            unsafe { avx2::softmax_rows(&scores, &mut fast, keys, real) };
-            for (a, b) in fast.iter().zip(&portable) {
-                assert!((a - b).abs() < 1e-7, "{a} against {b}");
-            }
+        let mut dispatched = scores.clone();
+        softmax_rows(&mut dispatched, keys, real);
+        for (a, b) in dispatched.iter().zip(&portable) {
+            assert!((a - b).abs() < 1e-7, "{a} against {b}");
         }
     }
 

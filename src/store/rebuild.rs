@@ -195,8 +195,10 @@ impl VectorCheck {
         let embedder = |m: &str| m.rsplit_once('/').map_or(m.to_string(), |(base, _)| format!("{base}/"));
         let length_ok = match (self.dimensions.filter(|d| *d > 0), &self.model) {
             (Some(d), Some(m)) if row_model == m => blob.len() == d * 4,
-            (Some(d), Some(m)) if row_model.starts_with(&embedder(m)) => !blob.is_empty() && blob.len() % (d * 4) == 0,
-            _ => !blob.is_empty() && blob.len() % 4 == 0,
+            (Some(d), Some(m)) if row_model.starts_with(&embedder(m)) => {
+                !blob.is_empty() && blob.len().is_multiple_of(d * 4)
+            }
+            _ => !blob.is_empty() && blob.len().is_multiple_of(4),
         };
         length_ok
             && blob
