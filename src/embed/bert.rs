@@ -538,7 +538,7 @@ impl BatchEncoder {
             x = (x + token_types.forward(types)?)?;
         }
         let mut x = self.embedding_norm.forward(&x)?;
-        let real_tokens: Vec<usize> = mask.sum(1)?.to_vec1::<u32>()?.into_iter().map(|n| n as usize).collect();
+        let real_tokens = real_tokens(&mask.to_vec2::<u32>()?)?;
         let relative_bias = match &self.relative_bias {
             Some((table, buckets)) => {
                 // (heads, len, len): the same bias in every layer.
@@ -583,6 +583,20 @@ impl BatchEncoder {
             .output_norm
             .forward(&(layer.output.forward(&inner)? + &attended)?)?)
     }
+}
+
+/// Each item's count of real tokens, from its attention mask: the padding
+/// must sit at the end, where [`Attention`] leaves it out.
+fn real_tokens(mask: &[Vec<u32>]) -> Result<Vec<usize>> {
+    mask.iter()
+        .map(|row| {
+            let real = row.iter().take_while(|&&m| m == 1).count();
+            if real == 0 || row[real..].iter().any(|&m| m != 0) {
+                bail!("the batch pass takes a mask of 1s then 0s (padding at the end), not {row:?}");
+            }
+            Ok(real)
+        })
+        .collect()
 }
 
 /// A linear layer whose outputs are multiplied by `by`.
@@ -630,7 +644,7 @@ impl CustomOp3 for Attention<'_> {
             contiguous(key, key_layout, shape)?,
             contiguous(value, value_layout, shape)?,
         );
-        let (batch, heads, len, head) = query_layout.shape().dims4()?;
+        let (batch, heads, len, head) = shape.dims4()?;
         if self.real_tokens.len() != batch || self.real_tokens.iter().any(|&n| n == 0 || n > len) {
             candle_core::bail!("attention: {batch} items, real token counts {:?}", self.real_tokens);
         }
@@ -678,7 +692,7 @@ impl CustomOp3 for Attention<'_> {
                 };
             },
         );
-        Ok((CpuStorage::F32(out), query_layout.shape().clone()))
+        Ok((CpuStorage::F32(out), shape.clone()))
     }
 }
 
@@ -769,8 +783,8 @@ fn exp(x: f32) -> f32 {
     f32::from_bits(two_to_n as u32) * y
 }
 
-/// Whether the `_avx2` twins of the loops below (the same code compiled
-/// for AVX2 and FMA, eight wide) can run here.
+/// Whether the AVX2/FMA versions of the loops below (eight floats at a
+/// time) can run here.
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     return is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
@@ -1081,6 +1095,14 @@ mod tests {
             .map(|x| (erf(x) - candle_core::cpu::erf::erf_f32(x)).abs())
             .fold(0.0f32, f32::max);
         assert!(worst < 1e-6, "erf is {worst} from libm's");
+    }
+
+    #[test]
+    fn padding_must_sit_at_the_end_of_a_mask() {
+        assert_eq!(real_tokens(&[vec![1, 1, 0], vec![1, 1, 1]]).unwrap(), [2, 3]);
+        assert!(real_tokens(&[vec![0, 1, 1]]).is_err());
+        assert!(real_tokens(&[vec![1, 0, 1]]).is_err());
+        assert!(real_tokens(&[vec![0, 0]]).is_err());
     }
 
     #[test]
