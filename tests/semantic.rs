@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
+use ken::embed::projection::{bf16_supported, Precision};
 use ken::embed::{cosine, Embedder, InputKind, LocalBert};
 use serde_json::Value;
 
@@ -50,7 +51,9 @@ fn the_built_in_model_embeds_like_the_reference() {
 
 #[test]
 fn the_batch_pass_embeds_as_candles_bert_model() {
-    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
+    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256)
+        .unwrap()
+        .with_precision(Precision::F32);
     let long = "fn f() { let x = 1; }\n".repeat(500);
     // Lengths that differ: the shorter texts are padded in the batch.
     let texts = [
@@ -67,30 +70,45 @@ fn the_batch_pass_embeds_as_candles_bert_model() {
         let similarity = cosine(a, b);
         assert!(similarity > 0.999999, "{text}: {similarity}");
     }
+    // bf16 products round each factor to 8 bits; the vectors stay within 1e-4.
+    if bf16_supported() {
+        let bf16 = model.with_precision(Precision::Bf16).embed_batch(&texts).unwrap();
+        for ((text, a), b) in texts.iter().zip(&bf16).zip(&candle) {
+            let similarity = cosine(a, b);
+            assert!(similarity > 0.9999 && a != b, "{text}: {similarity}");
+        }
+    }
 }
 
 #[test]
 fn a_query_embeds_as_it_would_in_a_batch() {
-    let model = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
+    let default = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
+    let reference = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256)
+        .unwrap()
+        .with_precision(Precision::F32);
     let queries = [
         "x",
         "where is the JWT expiry checked?",
         "parse_config — lit le fichier de configuration, Größe prüfen 設定",
-        // Over the query pass's 64 tokens: takes the batch pass.
+        // Over 64 tokens: too many rows for the half-float product.
         &"retry the request with exponential backoff ".repeat(12),
     ];
-    let batch = model.embed_batch(&queries).unwrap();
-    for (query, in_batch) in queries.iter().zip(&batch) {
-        let alone = model.embed(&[query], InputKind::Query).unwrap();
-        let similarity = cosine(&alone[0], in_batch);
-        // Half-float weights in the query pass: equal to ~1e-6, not bit for bit.
-        assert!(similarity > 0.99999, "{query}: {similarity}");
-        let norm: f32 = alone[0].iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() < 1e-4, "{query}: norm {norm}");
+    // f32 products take half-float weights for a few rows: equal to ~1e-6,
+    // not bit for bit. bf16 products (the default where the CPU has them)
+    // are the same alone or padded in a batch.
+    for (model, least) in [(&reference, 0.99999), (&default, 0.99999)] {
+        let batch = model.embed_batch(&queries).unwrap();
+        for (query, in_batch) in queries.iter().zip(&batch) {
+            let alone = model.embed(&[query], InputKind::Query).unwrap();
+            let similarity = cosine(&alone[0], in_batch);
+            assert!(similarity > least, "{query}: {similarity}");
+            let norm: f32 = alone[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "{query}: norm {norm}");
+        }
     }
     // The sentence-transformers reference holds for queries too.
-    let a = model.embed(&["A man is eating food."], InputKind::Query).unwrap();
-    let b = model
+    let a = default.embed(&["A man is eating food."], InputKind::Query).unwrap();
+    let b = default
         .embed(&["A man is eating a piece of bread."], InputKind::Query)
         .unwrap();
     assert!((cosine(&a[0], &b[0]) - 0.755).abs() < 0.01);
@@ -103,7 +121,9 @@ fn a_query_embeds_as_it_would_in_a_batch() {
 fn the_mpnet_model_embeds_like_the_reference() {
     let dir = ken::embed::model::fetch(&ken::embed::model::MPNET)
         .expect("all-mpnet-base-v2 (`ken model fetch --model all-mpnet-base-v2`)");
-    let model = LocalBert::load(&ken::embed::model::MPNET, &dir, 256).unwrap();
+    let model = LocalBert::load(&ken::embed::model::MPNET, &dir, 256)
+        .unwrap()
+        .with_precision(Precision::F32);
     assert_eq!(model.id(), "all-mpnet-base-v2/256/text3");
     assert_eq!(model.dimensions(), 768);
     let texts = [
@@ -127,7 +147,7 @@ fn the_mpnet_model_embeds_like_the_reference() {
         for (ours, theirs) in vector.iter().zip(head) {
             assert!((ours - theirs).abs() < 2e-5, "{text}: {:?} vs {head:?}", &vector[..4]);
         }
-        // One at a time, through the query pass: the same vector.
+        // One at a time, unpadded: the same vector.
         let alone = model.embed(&[text], InputKind::Query).unwrap();
         let similarity = cosine(&alone[0], vector);
         assert!(similarity > 0.99999, "{text}: {similarity}");
@@ -135,7 +155,7 @@ fn the_mpnet_model_embeds_like_the_reference() {
     let (close, far) = (cosine(&batch[0], &batch[1]), cosine(&batch[0], &batch[2]));
     assert!((close - 0.660113).abs() < 1e-4, "{close}");
     assert!((far - 0.24643).abs() < 1e-4, "{far}");
-    // Over the query pass's 64 tokens, and past the 128 of MPNet's
+    // Over the half-float product's 64 rows, and past the 128 of MPNet's
     // relative-position distance: truncated to the budget, not rejected.
     let long = "fn f() { let x = 1; }\n".repeat(500);
     assert_eq!(model.token_counts(&[long.as_str()]).unwrap()[0], 256);
@@ -143,6 +163,17 @@ fn the_mpnet_model_embeds_like_the_reference() {
     let in_batch = model.embed_batch(&[query.as_str(), long.as_str()]).unwrap();
     let alone = model.embed(&[query.as_str()], InputKind::Query).unwrap();
     assert!(cosine(&alone[0], &in_batch[0]) > 0.99999);
+    // bf16 products: the same vectors to 1e-4.
+    if bf16_supported() {
+        let bf16 = model
+            .with_precision(Precision::Bf16)
+            .embed(&texts, InputKind::Document)
+            .unwrap();
+        for ((text, a), b) in texts.iter().zip(&bf16).zip(&batch) {
+            let similarity = cosine(a, b);
+            assert!(similarity > 0.9999, "{text}: {similarity}");
+        }
+    }
 }
 
 /// `KEN_MODEL` chooses the larger built-in model; the index remembers it,
@@ -296,7 +327,10 @@ fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
             document_prompt: "passage: ".into(),
         }
     );
-    let model = LocalBert::load_with(&ken::embed::model::MINILM, folder.path(), 256, settings).unwrap();
+    // f32 products, to compare with candle's BertModel to 1e-5.
+    let model = LocalBert::load_with(&ken::embed::model::MINILM, folder.path(), 256, settings)
+        .unwrap()
+        .with_precision(Precision::F32);
     let id = model.id();
     assert!(
         id.starts_with("all-MiniLM-L6-v2+cls+q") && id.contains("+d") && id.ends_with("/256/text3"),
@@ -314,7 +348,7 @@ fn a_model_of_ones_own_pools_and_prompts_as_its_folder_says() {
         let similarity = cosine(v, &cls_reference(&format!("passage: {doc}")));
         assert!(similarity > 0.99999, "{doc}: {similarity}");
     }
-    // Queries: the query pass, and the batch pass past its 64 tokens.
+    // Queries: one unpadded input each, short and long.
     let mean = LocalBert::load(&ken::embed::model::MINILM, &model_dir(), 256).unwrap();
     let long_query = "retry the request with exponential backoff ".repeat(12);
     for query in ["where is the JWT expiry checked?", "x", long_query.as_str()] {

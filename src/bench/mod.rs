@@ -397,13 +397,24 @@ pub fn vectors(
 }
 
 /// `ken bench embed`: built-in model throughput on real chunks of ROOT's
-/// index, at several token budgets measured in the same run.
+/// index, at several token budgets and product precisions measured in the
+/// same run.
 #[derive(Debug, Serialize)]
 pub struct EmbedBench {
     pub chunks: usize,
-    /// (token budget, chunks per second, mean tokens per chunk)
-    pub budgets: Vec<(usize, f64, f64)>,
+    pub runs: Vec<EmbedRun>,
     pub query_p50_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EmbedRun {
+    pub budget: usize,
+    pub precision: String,
+    pub chunks_per_s: f64,
+    pub mean_tokens: f64,
+    /// The least cosine of a chunk's vector against the first precision's
+    /// at the same budget (the reference, f32 by default).
+    pub least_cosine_to_first: Option<f64>,
 }
 
 pub fn embed(
@@ -411,6 +422,7 @@ pub fn embed(
     index_dir: &std::path::Path,
     chunks: usize,
     budgets: &[usize],
+    precisions: &[crate::embed::projection::Precision],
 ) -> Result<EmbedBench> {
     let searcher = Searcher::open(root, index_dir)?;
     let texts: Vec<String> = searcher
@@ -420,36 +432,54 @@ pub fn embed(
         .map(|(context, text, symbol)| crate::embed::text::embedding_text(context.as_deref(), symbol.as_deref(), &text))
         .collect();
     crate::embed::model::fetch(crate::embed::model::chosen()?)?;
-    let mut rows = Vec::new();
+    let mut sorted: Vec<&str> = texts.iter().map(String::as_str).collect();
+    sorted.sort_by_key(|t| t.len());
+    let mut runs = Vec::new();
     let mut query_ms = Vec::new();
     for &budget in budgets {
-        let model = crate::embed::LocalBert::chosen_model(budget)?;
-        let mut sorted: Vec<&str> = texts.iter().map(String::as_str).collect();
-        sorted.sort_by_key(|t| t.len());
-        let tokens: usize = model.token_counts(&sorted)?.iter().sum();
-        let t = Instant::now();
-        // The batches `ken index` makes.
-        for batch in sorted.chunks(crate::embed::Embedder::preferred_batch(&model)) {
-            crate::embed::Embedder::embed(&model, batch, crate::embed::InputKind::Document)?;
-        }
-        let secs = t.elapsed().as_secs_f64();
-        rows.push((
-            budget,
-            texts.len() as f64 / secs.max(1e-9),
-            tokens as f64 / texts.len().max(1) as f64,
-        ));
-        for q in [
-            "parse the configuration file",
-            "retry a request with exponential backoff",
-        ] {
+        let mut first: Option<Vec<Vec<f32>>> = None;
+        for &precision in precisions {
+            let model = crate::embed::LocalBert::chosen_model(budget)?.with_precision(precision);
+            let tokens: usize = model.token_counts(&sorted)?.iter().sum();
             let t = Instant::now();
-            crate::embed::Embedder::embed(&model, &[q], crate::embed::InputKind::Query)?;
-            query_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            let mut vectors = Vec::with_capacity(sorted.len());
+            // The batches `ken index` makes.
+            for batch in sorted.chunks(crate::embed::Embedder::preferred_batch(&model)) {
+                vectors.extend(crate::embed::Embedder::embed(
+                    &model,
+                    batch,
+                    crate::embed::InputKind::Document,
+                )?);
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let least_cosine_to_first = first.as_ref().map(|reference| {
+                reference
+                    .iter()
+                    .zip(&vectors)
+                    .map(|(a, b)| f64::from(crate::embed::cosine(a, b)))
+                    .fold(1.0, f64::min)
+            });
+            runs.push(EmbedRun {
+                budget,
+                precision: format!("{precision:?}").to_lowercase(),
+                chunks_per_s: texts.len() as f64 / secs.max(1e-9),
+                mean_tokens: tokens as f64 / texts.len().max(1) as f64,
+                least_cosine_to_first,
+            });
+            first.get_or_insert(vectors);
+            for q in [
+                "parse the configuration file",
+                "retry a request with exponential backoff",
+            ] {
+                let t = Instant::now();
+                crate::embed::Embedder::embed(&model, &[q], crate::embed::InputKind::Query)?;
+                query_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
         }
     }
     Ok(EmbedBench {
         chunks: texts.len(),
-        budgets: rows,
+        runs,
         query_p50_ms: percentile(&mut query_ms, 0.5),
     })
 }

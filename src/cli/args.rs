@@ -453,6 +453,11 @@ pub(super) enum BenchCommand {
         /// Token budgets to compare.
         #[arg(long, value_delimiter = ',', default_value = "128,256")]
         budgets: Vec<usize>,
+        /// Precisions of the model's products to compare, the first the
+        /// reference the others' vectors are compared with [default: f32,bf16,
+        /// or f32 on a CPU without AVX512-BF16]
+        #[arg(long, value_delimiter = ',')]
+        precisions: Vec<String>,
     },
     /// Freshness under `ken watch` on a generated git repository: edit → searchable
     /// latency, a branch switch, the watcher's CPU at idle.

@@ -6,6 +6,7 @@ use anyhow::Result;
 use super::args::BenchCommand;
 use super::{render, Place};
 use crate::bench;
+use crate::embed::projection::Precision;
 
 /// `ken bench WHAT`.
 pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
@@ -20,9 +21,21 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
             dimensions,
             quantization,
         } => vectors(count, dimensions, &quantization),
-        BenchCommand::Embed { chunks, budgets } => {
+        BenchCommand::Embed {
+            chunks,
+            budgets,
+            precisions,
+        } => {
+            let precisions = match &precisions[..] {
+                [] => {
+                    let mut both = vec![Precision::F32];
+                    both.extend((Precision::fastest() == Precision::Bf16).then_some(Precision::Bf16));
+                    both
+                }
+                named => named.iter().map(|p| p.parse()).collect::<Result<Vec<Precision>>>()?,
+            };
             let (root, index_dir) = at.read()?;
-            print_json(&bench::embed(&root, &index_dir, chunks, &budgets)?)
+            print_json(&bench::embed(&root, &index_dir, chunks, &budgets, &precisions)?)
         }
         BenchCommand::Watch {
             files,

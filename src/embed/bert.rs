@@ -1,38 +1,35 @@
-//! ken's BERT passes: one for a batch of chunks (candle's tensors, as
-//! candle_transformers' BertModel runs them, with a faster GELU), and one for
-//! a single short input, the search query.
+//! ken's BERT pass, for a padded batch of chunks and a single query alike.
 //!
-//! Two encoder families run through them ([`Family`]): BERT (MiniLM, bge,
+//! Two encoder families run through it ([`Family`]): BERT (MiniLM, bge,
 //! e5, gte) and MPNet, which is BERT's layers with a learned bias per
 //! relative-position bucket added to every attention score, no token types,
 //! and positions counted from after the padding id.
 //!
-//! Both compute GELU's erf as a branch-free rational function ([`erf`]).
-//! libm's, which candle's own GELU calls per element, was ~16% of a batch's
-//! profile; replacing it made batches 1.15x and query passes 1.3x faster.
-//! The batch pass's attention is one operation per (item, head) on one
-//! thread ([`Attention`]): both products, and a softmax over the item's real
-//! keys (AVX2), not a padding mask added to the scores and candle's generic
-//! softmax (a quarter of a batch's time) nor candle's batched products, which
-//! split each small product over both cores. Its matrix products run on
-//! AVX-512 where the CPU has it (the `gemm` crate's `x86-v4` kernels, chosen
-//! at run time).
+//! Token rows are read straight from the mapped weights file; each layer
+//! then runs on plain rows. Its linear layers go through [`Projection`]:
+//! bf16 products where the CPU has AVX512-BF16 (1.6x the f32 pass on
+//! batches, 2-3x on a query; vectors within 1e-4 in cosine), else f32
+//! through `gemm`, or half-float weights for a few rows (a query), since
+//! `gemm` packs the weights on every call, most of the work for ten rows.
+//! Query, key and value are one product, and bias, residual, GELU and layer
+//! norm are applied while a block of rows is in cache. Attention is one task
+//! per (item, head) on one thread ([`Attention`]): both products, and a
+//! softmax over the item's real keys, for its real query rows only. candle's
+//! batched products split each small product over both cores, and a padding
+//! mask plus candle's generic softmax took a quarter of a batch's time.
 //!
-//! candle runs every matrix product through a general GEMM that packs the
-//! weight matrix on each call. For a batch of chunks that cost is shared by
-//! thousands of token rows; for a query of ten tokens it is most of the work.
-//! This pass multiplies the few token rows straight against the weights
-//! (AVX2/FMA, two threads), kept as half floats so they take half the memory
-//! traffic and stay in L3 between queries: 0.4x candle's time here
-//! (BENCHMARKS.md). Its vectors match candle's to 1e-6 in cosine
-//! (tests/semantic.rs checks), so queries and stored chunk vectors stay
-//! comparable.
+//! GELU's erf is a branch-free rational function ([`erf`]). libm's, which
+//! candle's own GELU calls per element, was ~16% of a batch's profile.
+//!
+//! candle's `BertModel` stays the reference: with f32 products the vectors
+//! match its to 1e-6 in cosine (tests/semantic.rs checks), so stored chunk
+//! vectors and queries stay comparable whichever pass made them.
 
 use crate::embed::model::Pooling;
+use crate::embed::projection::{OutputRows, Precision, Projection};
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Device, Layout, Module, Shape, Tensor, D};
-use candle_nn::{embedding, linear, Embedding, LayerNorm, Linear, VarBuilder};
+use candle_core::{DType, Device};
 use candle_transformers::models::bert::{Config, HiddenAct, PositionEmbeddingType};
 use std::path::Path;
 
@@ -141,37 +138,14 @@ fn relative_buckets(len: usize, buckets: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Inputs up to this many tokens take this pass; longer ones amortise
-/// candle's packing and go through it instead.
-pub const MAX_QUERY_TOKENS: usize = 64;
-
-/// One linear layer, weight stored as PyTorch does: `out` rows of `inp`.
-struct Dense {
-    /// Half floats: half the memory traffic, and all layers (21 MB for
-    /// MiniLM) stay in a 32 MB L3 cache between queries.
-    weight: Vec<u16>,
-    bias: Vec<f32>,
-    inp: usize,
-    out: usize,
-}
-
 struct Norm {
     gain: Vec<f32>,
     bias: Vec<f32>,
 }
 
-struct Layer {
-    query: Dense,
-    key: Dense,
-    value: Dense,
-    attention_out: Dense,
-    attention_norm: Norm,
-    intermediate: Dense,
-    output: Dense,
-    output_norm: Norm,
-}
-
-pub struct QueryEncoder {
+/// ken's pass over a padded batch of chunks or a single query: token rows
+/// read from the mapped weights file, then each layer on plain rows.
+pub struct Encoder {
     weights: MmapedSafetensors,
     /// Tensor name of the word embeddings, read row by row from the mapped file.
     word_embeddings: String,
@@ -188,11 +162,31 @@ pub struct QueryEncoder {
     eps: f32,
 }
 
-impl QueryEncoder {
-    /// Loads the weights of `model.safetensors` in `dir` for `config`.
-    /// Only the architecture candle's BertModel also runs (absolute
-    /// positions, exact GELU) is accepted, so the two passes agree.
-    pub fn load(dir: &Path, model: &ModelConfig) -> Result<QueryEncoder> {
+struct Layer {
+    /// The query (scaled by 1/√d), key and value projections side by side.
+    qkv: Projection,
+    attention_out: Projection,
+    attention_norm: Norm,
+    intermediate: Projection,
+    output: Projection,
+    output_norm: Norm,
+}
+
+/// A pass's buffers, reused across layers.
+#[derive(Default)]
+struct Scratch {
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    inner: Vec<f32>,
+}
+
+impl Encoder {
+    /// Loads the weights of `model.safetensors` in `dir` for `config`, the
+    /// linear layers' products in `precision`. Only the architecture
+    /// candle's BertModel also runs (absolute positions, exact GELU) is
+    /// accepted, so the two agree.
+    pub fn load(dir: &Path, model: &ModelConfig, precision: Precision) -> Result<Encoder> {
         let config = &model.bert;
         check_architecture(config)?;
         // SAFETY: the weights file is mapped read-only and not modified while mapped.
@@ -202,61 +196,90 @@ impl QueryEncoder {
         // Word embedding rows are read straight from the mapped file.
         let words = weights.get(&format!("{prefix}embeddings.word_embeddings.weight"))?;
         if DType::try_from(words.dtype()).ok() != Some(DType::F32) {
-            bail!("the query pass reads f32 word embeddings, not {:?}", words.dtype());
+            bail!("ken's pass reads f32 word embeddings, not {:?}", words.dtype());
         }
-        let load = |name: &str| -> Result<Vec<f32>> {
+        let load = |name: &str, len: usize| -> Result<Vec<f32>> {
             let full = format!("{prefix}{name}");
-            let tensor = weights
-                .load(&full, &Device::Cpu)
-                .with_context(|| format!("reading {full}"))?;
-            Ok(tensor.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
-        };
-        let hidden = config.hidden_size;
-        let dense = |name: &str, inp: usize, out: usize| -> Result<Dense> {
-            let weight = load(&format!("{name}.weight"))?;
-            let bias = load(&format!("{name}.bias"))?;
-            if weight.len() != inp * out || bias.len() != out {
-                bail!("{name} has an unexpected shape");
+            let view = weights.get(&full).with_context(|| format!("reading {full}"))?;
+            let values = if DType::try_from(view.dtype()).ok() == Some(DType::F32) {
+                // Straight from the mapped bytes: one copy, not candle's two.
+                view.data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    .collect()
+            } else {
+                let tensor = weights.load(&full, &Device::Cpu)?;
+                tensor.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?
+            };
+            if values.len() != len {
+                bail!("{full} has {} values, not {len}", values.len());
             }
-            let weight = weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-            Ok(Dense { weight, bias, inp, out })
+            Ok(values)
+        };
+        let (hidden, inter) = (config.hidden_size, config.intermediate_size);
+        let dense = |name: &str, inputs: usize, outputs: usize, scale: f32| -> Result<(Vec<f32>, Vec<f32>)> {
+            let mut weight = load(&format!("{name}.weight"), inputs * outputs)?;
+            let mut bias = load(&format!("{name}.bias"), outputs)?;
+            weight.iter_mut().chain(&mut bias).for_each(|v| *v *= scale);
+            Ok((weight, bias))
+        };
+        let projection = |name: &str, inputs: usize, outputs: usize| -> Result<Projection> {
+            let (weight, bias) = dense(name, inputs, outputs, 1.0)?;
+            Ok(Projection::new(weight, bias, inputs, outputs, precision))
         };
         let norm = |name: &str| -> Result<Norm> {
             // Old checkpoints name the LayerNorm parameters gamma/beta.
-            let gain = load(&format!("{name}.weight")).or_else(|_| load(&format!("{name}.gamma")))?;
-            let bias = load(&format!("{name}.bias")).or_else(|_| load(&format!("{name}.beta")))?;
+            let gain = load(&format!("{name}.weight"), hidden).or_else(|_| load(&format!("{name}.gamma"), hidden))?;
+            let bias = load(&format!("{name}.bias"), hidden).or_else(|_| load(&format!("{name}.beta"), hidden))?;
             Ok(Norm { gain, bias })
         };
-        let inter = config.intermediate_size;
+        // Attention divides each score by √(head size); the query does it once instead.
+        let score_scale = 1.0 / ((hidden / config.num_attention_heads) as f32).sqrt();
         let [query, key, value, attention_out, attention_norm] = model.attention_names();
+        use rayon::prelude::*;
+        // Both cores: converting and packing the weights is most of a load.
         let layers = (0..config.num_hidden_layers)
+            .into_par_iter()
             .map(|i| {
                 let at = format!("encoder.layer.{i}");
+                let (mut weight, mut bias) = dense(&format!("{at}.{query}"), hidden, hidden, score_scale)?;
+                for name in [key, value] {
+                    let (w, b) = dense(&format!("{at}.{name}"), hidden, hidden, 1.0)?;
+                    weight.extend(w);
+                    bias.extend(b);
+                }
                 Ok(Layer {
-                    query: dense(&format!("{at}.{query}"), hidden, hidden)?,
-                    key: dense(&format!("{at}.{key}"), hidden, hidden)?,
-                    value: dense(&format!("{at}.{value}"), hidden, hidden)?,
-                    attention_out: dense(&format!("{at}.{attention_out}"), hidden, hidden)?,
+                    qkv: Projection::new(weight, bias, hidden, 3 * hidden, precision),
+                    attention_out: projection(&format!("{at}.{attention_out}"), hidden, hidden)?,
                     attention_norm: norm(&format!("{at}.{attention_norm}"))?,
-                    intermediate: dense(&format!("{at}.intermediate.dense"), hidden, inter)?,
-                    output: dense(&format!("{at}.output.dense"), inter, hidden)?,
+                    intermediate: projection(&format!("{at}.intermediate.dense"), hidden, inter)?,
+                    output: projection(&format!("{at}.output.dense"), inter, hidden)?,
                     output_norm: norm(&format!("{at}.output.LayerNorm"))?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let positions = load("embeddings.position_embeddings.weight")?;
+        let positions = load(
+            "embeddings.position_embeddings.weight",
+            config.max_position_embeddings * hidden,
+        )?;
         let (token_types, relative_bias) = match model.family {
-            Family::Bert => (Some(load("embeddings.token_type_embeddings.weight")?), None),
+            Family::Bert => (
+                Some(load(
+                    "embeddings.token_type_embeddings.weight",
+                    config.type_vocab_size * hidden,
+                )?),
+                None,
+            ),
             Family::Mpnet { buckets, .. } => {
-                let table = load("encoder.relative_attention_bias.weight")?;
-                if table.len() != buckets * config.num_attention_heads {
-                    bail!("encoder.relative_attention_bias has an unexpected shape");
-                }
+                let table = load(
+                    "encoder.relative_attention_bias.weight",
+                    buckets * config.num_attention_heads,
+                )?;
                 (None, Some((table, buckets)))
             }
         };
         let embedding_norm = norm("embeddings.LayerNorm")?;
-        Ok(QueryEncoder {
+        Ok(Encoder {
             word_embeddings: format!("{prefix}embeddings.word_embeddings.weight"),
             weights,
             positions,
@@ -271,23 +294,49 @@ impl QueryEncoder {
         })
     }
 
+    /// The last hidden states, `batch × len` rows of `hidden`, of a padded
+    /// batch: token `ids` and `types`, `len` per item, each item's first
+    /// `real_tokens[b]` real and the rest padding.
+    pub fn forward(&self, ids: &[u32], types: &[u32], real_tokens: &[usize], len: usize) -> Result<Vec<f32>> {
+        let most = self.positions.len() / self.hidden - self.first_position;
+        if len == 0 || len > most {
+            bail!("ken's pass takes 1 to {most} tokens an input, not {len}");
+        }
+        if ids.len() != real_tokens.len() * len || real_tokens.iter().any(|&n| n == 0 || n > len) {
+            bail!(
+                "{} token ids for {} items of {len}, {real_tokens:?} real",
+                ids.len(),
+                real_tokens.len()
+            );
+        }
+        let mut x = Vec::with_capacity(ids.len() * self.hidden);
+        for (item, ids) in ids.chunks_exact(len).enumerate() {
+            self.embeddings(ids, types.get(item * len..).unwrap_or_default(), &mut x)?;
+        }
+        let relative_bias = self.relative_bias.as_ref().map(|(table, buckets)| {
+            // (heads, len, len): the same bias in every layer.
+            let pairs = relative_buckets(len, *buckets);
+            (0..self.heads)
+                .flat_map(|head| pairs.iter().map(move |&b| table[b as usize * self.heads + head]))
+                .collect::<Vec<f32>>()
+        });
+        let attention = Attention {
+            real_tokens,
+            len,
+            heads: self.heads,
+            relative_bias: relative_bias.as_deref(),
+        };
+        let mut scratch = Scratch::default();
+        for layer in &self.layers {
+            self.layer(layer, &mut x, &attention, &mut scratch);
+        }
+        Ok(x)
+    }
+
     /// The pooled, unit-length embedding of one tokenized input.
     pub fn embed(&self, ids: &[u32], type_ids: &[u32], pooling: Pooling) -> Result<Vec<f32>> {
         let h = self.hidden;
-        let m = ids.len();
-        let most = self.positions.len() / h - self.first_position;
-        if m == 0 || m > most {
-            bail!("the query pass takes 1 to {most} tokens, not {m}");
-        }
-        let mut x = self.embeddings(ids, type_ids)?;
-        let mut scratch = Scratch::default();
-        if let Some((_, buckets)) = &self.relative_bias {
-            // Every layer and head reads the same buckets.
-            scratch.buckets = relative_buckets(m, *buckets);
-        }
-        for layer in &self.layers {
-            self.layer(layer, &mut x, m, &mut scratch);
-        }
+        let x = self.forward(ids, type_ids, &[ids.len()], ids.len())?;
         let mut pooled = vec![0f32; h];
         match pooling {
             // The mean, whose 1/m the unit length cancels out.
@@ -303,13 +352,13 @@ impl QueryEncoder {
         Ok(pooled)
     }
 
-    fn embeddings(&self, ids: &[u32], type_ids: &[u32]) -> Result<Vec<f32>> {
+    /// The embedding rows of one input's tokens (positions from its first), appended to `x`.
+    fn embeddings(&self, ids: &[u32], type_ids: &[u32], x: &mut Vec<f32>) -> Result<()> {
         let h = self.hidden;
         let words = self.weights.get(&self.word_embeddings)?;
         let bytes = words.data();
         let vocab = bytes.len() / (4 * h);
-        let mut x = vec![0f32; ids.len() * h];
-        for (pos, (row, &id)) in x.chunks_exact_mut(h).zip(ids).enumerate() {
+        for (pos, &id) in ids.iter().enumerate() {
             let id = id as usize;
             if id >= vocab {
                 bail!("token id {id} is outside the vocabulary ({vocab})");
@@ -317,10 +366,13 @@ impl QueryEncoder {
             let word = &bytes[id * 4 * h..(id + 1) * 4 * h];
             let at = pos + self.first_position;
             let position = &self.positions[at * h..(at + 1) * h];
-            for (i, value) in row.iter_mut().enumerate() {
-                let w = f32::from_le_bytes(word[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-                *value = w + position[i];
-            }
+            let start = x.len();
+            x.extend(
+                word.chunks_exact(4)
+                    .zip(position)
+                    .map(|(w, p)| f32::from_le_bytes(w.try_into().expect("4 bytes")) + p),
+            );
+            let row = &mut x[start..];
             if let Some(types) = &self.token_types {
                 let kind = type_ids.get(pos).copied().unwrap_or(0) as usize;
                 let token_type = types
@@ -330,91 +382,64 @@ impl QueryEncoder {
             }
             layer_norm(row, &self.embedding_norm, self.eps);
         }
-        Ok(x)
+        Ok(())
     }
 
-    fn layer(&self, layer: &Layer, x: &mut [f32], m: usize, s: &mut Scratch) {
-        let h = self.hidden;
-        dense(x, m, &layer.query, &mut s.q);
-        dense(x, m, &layer.key, &mut s.k);
-        dense(x, m, &layer.value, &mut s.v);
-        self.attention(m, s);
-        dense(&s.context, m, &layer.attention_out, &mut s.attended);
-        for (a, r) in s.attended.chunks_exact_mut(h).zip(x.chunks_exact(h)) {
-            a.iter_mut().zip(r).for_each(|(a, r)| *a += r);
-            layer_norm(a, &layer.attention_norm, self.eps);
-        }
-        dense(&s.attended, m, &layer.intermediate, &mut s.inner);
-        s.inner.iter_mut().for_each(|v| *v = gelu(*v));
-        dense(&s.inner, m, &layer.output, &mut s.q);
-        for ((out, a), dst) in
-            s.q.chunks_exact_mut(h)
-                .zip(s.attended.chunks_exact(h))
-                .zip(x.chunks_exact_mut(h))
-        {
-            out.iter_mut().zip(a).for_each(|(o, a)| *o += a);
-            layer_norm(out, &layer.output_norm, self.eps);
-            dst.copy_from_slice(out);
-        }
-    }
-
-    /// Scaled dot-product self-attention over all `m` tokens (one unpadded input).
-    fn attention(&self, m: usize, s: &mut Scratch) {
-        let h = self.hidden;
-        let d = h / self.heads;
-        let scale = 1.0 / (d as f32).sqrt();
-        s.context.clear();
-        s.context.resize(m * h, 0.0);
-        s.scores.resize(m, 0.0);
-        for head in 0..self.heads {
-            let cols = head * d..(head + 1) * d;
-            for i in 0..m {
-                let q = &s.q[i * h..][cols.clone()];
-                for (j, score) in s.scores.iter_mut().enumerate() {
-                    let k = &s.k[j * h..][cols.clone()];
-                    *score = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    if let Some((table, _)) = &self.relative_bias {
-                        *score += table[s.buckets[i * m + j] as usize * self.heads + head];
-                    }
-                }
-                let max = s.scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut total = 0.0;
-                s.scores.iter_mut().for_each(|v| {
-                    *v = (*v - max).exp();
-                    total += *v;
-                });
-                let out = &mut s.context[i * h..][cols.clone()];
-                for (j, p) in s.scores.iter().enumerate() {
-                    let v = &s.v[j * h..][cols.clone()];
-                    out.iter_mut().zip(v).for_each(|(o, v)| *o += p / total * v);
-                }
-            }
-        }
+    /// One layer over all rows of `x`, in place.
+    fn layer(&self, layer: &Layer, x: &mut Vec<f32>, attention: &Attention, s: &mut Scratch) {
+        let m = x.len() / self.hidden;
+        let (hidden, eps) = (self.hidden, self.eps);
+        let normalised = |norm| move |rows: &mut [f32]| normalise_rows(rows, hidden, norm, eps);
+        layer.qkv.apply(x, m, None, |_| {}, &mut s.qkv);
+        attention.context(&s.qkv, &mut s.context);
+        let attended = normalised(&layer.attention_norm);
+        layer
+            .attention_out
+            .apply(&s.context, m, Some(x), attended, &mut s.attended);
+        layer.intermediate.apply(&s.attended, m, None, gelu_all, &mut s.inner);
+        let output = normalised(&layer.output_norm);
+        layer.output.apply(&s.inner, m, Some(&s.attended), output, x);
     }
 }
 
-/// Buffers reused across layers.
-#[derive(Default)]
-struct Scratch {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    scores: Vec<f32>,
-    context: Vec<f32>,
-    attended: Vec<f32>,
-    inner: Vec<f32>,
-    /// MPNet's relative-position bucket of each (query, key) pair.
-    buckets: Vec<u32>,
+/// [`layer_norm`] of each `hidden`-wide row.
+fn normalise_rows(rows: &mut [f32], hidden: usize, norm: &Norm, eps: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512F.
+        return unsafe { normalise_rows_avx512(rows, hidden, norm, eps) };
+    }
+    rows.chunks_exact_mut(hidden).for_each(|row| layer_norm(row, norm, eps))
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn normalise_rows_avx512(rows: &mut [f32], hidden: usize, norm: &Norm, eps: f32) {
+    rows.chunks_exact_mut(hidden).for_each(|row| layer_norm(row, norm, eps))
+}
+
+#[inline(always)]
 fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
     let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = lane_sum(row, |v| v) / n;
+    let var = lane_sum(row, |v| (v - mean) * (v - mean)) / n;
     let inv = 1.0 / (var + eps).sqrt();
     for ((v, g), b) in row.iter_mut().zip(&norm.gain).zip(&norm.bias) {
         *v = (*v - mean) * inv * g + b;
     }
+}
+
+/// The sum of `f` of each value, in 16 lanes the compiler vectorises (a
+/// plain float sum keeps its order, one add at a time).
+#[inline(always)]
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 16];
+    let whole = values.chunks_exact(16);
+    let tail: f32 = whole.remainder().iter().map(|&v| f(v)).sum();
+    for chunk in whole {
+        lanes.iter_mut().zip(chunk).for_each(|(lane, &v)| *lane += f(v));
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// What the weights' tensor names start with (`""`, `"bert."` or `"model."`),
@@ -440,259 +465,89 @@ fn check_architecture(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// The pass over a padded batch of chunks: candle's tensor operations, in
-/// the order candle_transformers' BertModel applies them, with [`gelu`].
-pub struct BatchEncoder {
-    word_embeddings: Embedding,
-    position_embeddings: Embedding,
-    first_position: usize,
-    token_type_embeddings: Option<Embedding>,
-    /// MPNet's `buckets x heads` attention bias, and the bucket count.
-    relative_bias: Option<(Embedding, usize)>,
-    embedding_norm: LayerNorm,
-    layers: Vec<BatchLayer>,
-    heads: usize,
-}
-
-struct BatchLayer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attention_out: Linear,
-    attention_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
-    output_norm: LayerNorm,
-}
-
-impl BatchEncoder {
-    pub fn load(vb: VarBuilder, model: &ModelConfig) -> Result<BatchEncoder> {
-        let config = &model.bert;
-        check_architecture(config)?;
-        let vb = match weights_prefix(|name| vb.contains_tensor(name))? {
-            "" => vb,
-            prefix => vb.pp(prefix.trim_end_matches('.')),
-        };
-        let (hidden, inter, eps) = (config.hidden_size, config.intermediate_size, config.layer_norm_eps);
-        let norm = |vb: VarBuilder| candle_nn::layer_norm(hidden, eps, vb);
-        // Attention divides each score by √(head size); the query does it once instead.
-        let score_scale = 1.0 / ((hidden / config.num_attention_heads) as f64).sqrt();
-        let e = vb.pp("embeddings");
-        let [query, key, value, attention_out, attention_norm] = model.attention_names();
-        let layers = (0..config.num_hidden_layers)
-            .map(|i| {
-                let l = vb.pp(format!("encoder.layer.{i}"));
-                Ok(BatchLayer {
-                    query: scaled(linear(hidden, hidden, l.pp(query))?, score_scale)?,
-                    key: linear(hidden, hidden, l.pp(key))?,
-                    value: linear(hidden, hidden, l.pp(value))?,
-                    attention_out: linear(hidden, hidden, l.pp(attention_out))?,
-                    attention_norm: norm(l.pp(attention_norm))?,
-                    intermediate: linear(hidden, inter, l.pp("intermediate.dense"))?,
-                    output: linear(inter, hidden, l.pp("output.dense"))?,
-                    output_norm: norm(l.pp("output.LayerNorm"))?,
-                })
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(BatchEncoder {
-            word_embeddings: embedding(config.vocab_size, hidden, e.pp("word_embeddings"))?,
-            position_embeddings: embedding(config.max_position_embeddings, hidden, e.pp("position_embeddings"))?,
-            first_position: model.first_position(),
-            token_type_embeddings: match model.family {
-                Family::Bert => Some(embedding(
-                    config.type_vocab_size,
-                    hidden,
-                    e.pp("token_type_embeddings"),
-                )?),
-                Family::Mpnet { .. } => None,
-            },
-            relative_bias: match model.family {
-                Family::Bert => None,
-                Family::Mpnet { buckets, .. } => Some((
-                    embedding(
-                        buckets,
-                        config.num_attention_heads,
-                        vb.pp("encoder.relative_attention_bias"),
-                    )?,
-                    buckets,
-                )),
-            },
-            embedding_norm: norm(e.pp("LayerNorm"))?,
-            layers,
-            heads: config.num_attention_heads,
-        })
-    }
-
-    /// The last hidden states, `(batch, tokens, hidden)`, of token `ids`
-    /// with their `types` and attention `mask` (1 for a real token, 0 for padding).
-    pub fn forward(&self, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let (_, len) = ids.dims2()?;
-        let first = self.first_position as u32;
-        // Padding sits at the end, masked out, so real tokens count from `first`.
-        let positions = Tensor::arange(first, first + len as u32, ids.device())?;
-        let mut x = self
-            .word_embeddings
-            .forward(ids)?
-            .broadcast_add(&self.position_embeddings.forward(&positions)?)?;
-        if let Some(token_types) = &self.token_type_embeddings {
-            x = (x + token_types.forward(types)?)?;
-        }
-        let mut x = self.embedding_norm.forward(&x)?;
-        let real_tokens = real_tokens(&mask.to_vec2::<u32>()?)?;
-        let relative_bias = match &self.relative_bias {
-            Some((table, buckets)) => {
-                // (heads, len, len): the same bias in every layer.
-                let pairs = Tensor::from_vec(relative_buckets(len, *buckets), (len, len), ids.device())?;
-                Some(
-                    table
-                        .forward(&pairs)?
-                        .permute((2, 0, 1))?
-                        .flatten_all()?
-                        .to_vec1::<f32>()?,
-                )
-            }
-            None => None,
-        };
-        let attention = Attention {
-            real_tokens: &real_tokens,
-            relative_bias: relative_bias.as_deref(),
-        };
-        for layer in &self.layers {
-            x = self.layer(layer, &x, &attention)?;
-        }
-        Ok(x)
-    }
-
-    fn layer(&self, layer: &BatchLayer, x: &Tensor, attention: &Attention) -> Result<Tensor> {
-        let (batch, len, hidden) = x.dims3()?;
-        let head = hidden / self.heads;
-        let by_head = |t: Tensor| t.reshape((batch, len, self.heads, head))?.transpose(1, 2)?.contiguous();
-        let query = by_head(layer.query.forward(x)?)?;
-        let key = by_head(layer.key.forward(x)?)?;
-        let value = by_head(layer.value.forward(x)?)?;
-        let context = query
-            .apply_op3_no_bwd(&key, &value, attention)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .flatten_from(D::Minus2)?;
-        let attended = layer
-            .attention_norm
-            .forward(&(layer.attention_out.forward(&context)? + x)?)?;
-        let inner = layer.intermediate.forward(&attended)?.apply_op1_no_bwd(&Gelu)?;
-        Ok(layer
-            .output_norm
-            .forward(&(layer.output.forward(&inner)? + &attended)?)?)
-    }
-}
-
-/// Each item's count of real tokens, from its attention mask: the padding
-/// must sit at the end, where [`Attention`] leaves it out.
-fn real_tokens(mask: &[Vec<u32>]) -> Result<Vec<usize>> {
-    mask.iter()
+/// Each item's count of real tokens, from its attention mask, `len` per
+/// item: the padding must sit at the end, where [`Attention`] leaves it out.
+pub fn real_tokens(mask: &[u32], len: usize) -> Result<Vec<usize>> {
+    mask.chunks(len.max(1))
         .map(|row| {
             let real = row.iter().take_while(|&&m| m == 1).count();
             if real == 0 || row[real..].iter().any(|&m| m != 0) {
-                bail!("the batch pass takes a mask of 1s then 0s (padding at the end), not {row:?}");
+                bail!("ken's pass takes a mask of 1s then 0s (padding at the end), not {row:?}");
             }
             Ok(real)
         })
         .collect()
 }
 
-/// A linear layer whose outputs are multiplied by `by`.
-fn scaled(layer: Linear, by: f64) -> candle_core::Result<Linear> {
-    let bias = layer.bias().map(|b| b.affine(by, 0.0)).transpose()?;
-    Ok(Linear::new(layer.weight().affine(by, 0.0)?, bias))
-}
-
 /// Self-attention of each item and head, `softmax(q·kᵀ + bias)·v` over the
 /// item's first `real_tokens[b]` keys (padding sits at the end and gets
-/// weight 0): q (already scaled by 1/√d), k and v `(batch, heads, len, head)`,
-/// the context the same shape. One (item, head) a task, its two products on
-/// one thread: candle's batched products split each small product over both
-/// cores, thousands of times a batch, and kept every score in memory (50 MB
-/// for 16 × 256 tokens).
+/// weight 0, and its query rows are left 0). One (item, head) a task, its two
+/// products on one thread: candle's batched products split each small
+/// product over both cores, thousands of times a batch, and kept every score
+/// in memory (50 MB for 16 × 256 tokens).
 struct Attention<'a> {
     real_tokens: &'a [usize],
+    /// Tokens per item, padding included.
+    len: usize,
+    heads: usize,
     /// MPNet's bias, `(heads, len, len)`.
     relative_bias: Option<&'a [f32]>,
 }
 
-impl CustomOp3 for Attention<'_> {
-    fn name(&self) -> &'static str {
-        "attention-over-real-keys"
-    }
-
-    fn cpu_fwd(
-        &self,
-        query: &CpuStorage,
-        query_layout: &Layout,
-        key: &CpuStorage,
-        key_layout: &Layout,
-        value: &CpuStorage,
-        value_layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        fn contiguous<'s>(storage: &'s CpuStorage, layout: &Layout, shape: &Shape) -> candle_core::Result<&'s [f32]> {
-            match (storage, layout.contiguous_offsets()) {
-                (CpuStorage::F32(values), Some((start, end))) if layout.shape() == shape => Ok(&values[start..end]),
-                _ => candle_core::bail!("attention: contiguous f32 inputs of one shape only"),
-            }
-        }
-        let shape = query_layout.shape();
-        let (q, k, v) = (
-            contiguous(query, query_layout, shape)?,
-            contiguous(key, key_layout, shape)?,
-            contiguous(value, value_layout, shape)?,
-        );
-        let (batch, heads, len, head) = shape.dims4()?;
-        if self.real_tokens.len() != batch || self.real_tokens.iter().any(|&n| n == 0 || n > len) {
-            candle_core::bail!("attention: {batch} items, real token counts {:?}", self.real_tokens);
-        }
-        if self.relative_bias.is_some_and(|bias| bias.len() != heads * len * len) {
-            candle_core::bail!("attention: the relative bias is not {heads} x {len} x {len}");
-        }
+impl Attention<'_> {
+    /// The context rows, `hidden` wide, of the query, key and value rows
+    /// side by side in `qkv` (the query already scaled by 1/√d).
+    fn context(&self, qkv: &[f32], context: &mut Vec<f32>) {
         use rayon::prelude::*;
-        let per_head = len * head;
-        let mut out = vec![0.0f32; q.len()];
-        out.par_chunks_mut(per_head).enumerate().for_each_init(
+        let (len, heads) = (self.len, self.heads);
+        let hidden = qkv.len() / (self.real_tokens.len() * len * 3);
+        let (head, qkv_width) = (hidden / heads, 3 * hidden);
+        assert_eq!(qkv.len(), self.real_tokens.len() * len * qkv_width);
+        assert!(self.real_tokens.iter().all(|&n| n > 0 && n <= len));
+        assert!(self.relative_bias.is_none_or(|bias| bias.len() == heads * len * len));
+        context.clear();
+        context.resize(self.real_tokens.len() * len * hidden, 0.0);
+        let out = OutputRows(context.as_mut_ptr());
+        (0..self.real_tokens.len() * heads).into_par_iter().for_each_init(
             || vec![0.0f32; len * len],
-            |scores, (item_head, out)| {
-                let real = self.real_tokens[item_head / heads];
-                let at = item_head * per_head;
-                let (q, k, v) = (&q[at..at + per_head], &k[at..at + per_head], &v[at..at + per_head]);
-                // SAFETY: scores is len x len, its first `real` columns
-                // written; q and k are len x head, rows head apart.
+            |scores, item_head| {
+                let (item, h) = (item_head / heads, item_head % heads);
+                let real = self.real_tokens[item];
+                let scores = &mut scores[..real * len];
+                let q = qkv[item * len * qkv_width + h * head..].as_ptr();
+                // SAFETY: q, k and v are `real` rows `qkv_width` apart, `head`
+                // wide, inside qkv; scores is real × len, its first `real`
+                // columns written; this task alone writes its item's rows
+                // and its head's columns of the context, which outlives it.
                 unsafe {
+                    let (k, v) = (q.add(hidden), q.add(2 * hidden));
                     product(
-                        len,
+                        real,
                         real,
                         head,
                         (scores.as_mut_ptr(), len),
-                        (q.as_ptr(), head, 1),
-                        (k.as_ptr(), 1, head),
-                    )
-                };
-                if let Some(bias) = self.relative_bias {
-                    let bias = &bias[(item_head % heads) * len * len..][..len * len];
-                    for (row, bias) in scores.chunks_exact_mut(len).zip(bias.chunks_exact(len)) {
-                        row[..real].iter_mut().zip(bias).for_each(|(s, b)| *s += b);
+                        (q, qkv_width, 1),
+                        (k, 1, qkv_width),
+                    );
+                    if let Some(bias) = self.relative_bias {
+                        let bias = &bias[h * len * len..][..real * len];
+                        for (row, bias) in scores.chunks_exact_mut(len).zip(bias.chunks_exact(len)) {
+                            row[..real].iter_mut().zip(bias).for_each(|(s, b)| *s += b);
+                        }
                     }
-                }
-                softmax_rows(scores, len, real);
-                // SAFETY: out is len x head; scores' first `real` columns, v's first `real` rows.
-                unsafe {
+                    softmax_rows(scores, len, real);
+                    let out = out.start().add(item * len * hidden + h * head);
                     product(
-                        len,
+                        real,
                         head,
                         real,
-                        (out.as_mut_ptr(), head),
+                        (out, hidden),
                         (scores.as_ptr(), len, 1),
-                        (v.as_ptr(), head, 1),
-                    )
-                };
+                        (v, qkv_width, 1),
+                    );
+                }
             },
         );
-        Ok((CpuStorage::F32(out), shape.clone()))
     }
 }
 
@@ -783,6 +638,14 @@ fn exp(x: f32) -> f32 {
     f32::from_bits(two_to_n as u32) * y
 }
 
+/// Whether AVX-512F twins of the loops below (sixteen floats at a time) can run here.
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma");
+    #[allow(unreachable_code)]
+    false
+}
+
 /// Whether the AVX2/FMA versions of the loops below (eight floats at a
 /// time) can run here.
 fn has_avx2() -> bool {
@@ -792,45 +655,36 @@ fn has_avx2() -> bool {
     false
 }
 
-/// [`gelu`] as a candle operation, on contiguous f32 tensors on the CPU.
-struct Gelu;
-
-impl CustomOp1 for Gelu {
-    fn name(&self) -> &'static str {
-        "gelu-erf-rational"
+/// [`gelu`] of every value, in place.
+fn gelu_all(values: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has AVX-512F.
+        return unsafe { gelu_all_avx512(values) };
     }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(values), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
-            candle_core::bail!("gelu: contiguous f32 input only");
-        };
-        use rayon::prelude::*;
-        let input = &values[start..end];
-        let mut out = vec![0.0f32; input.len()];
-        // Both cores: a batch's activations are millions of values.
-        out.par_chunks_mut(1 << 14)
-            .zip(input.par_chunks(1 << 14))
-            .for_each(|(out, input)| {
-                #[cfg(target_arch = "x86_64")]
-                if has_avx2() {
-                    // SAFETY: the CPU has AVX2 and FMA.
-                    return unsafe { gelu_all_avx2(input, out) };
-                }
-                gelu_all(input, out)
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { gelu_all_avx2(values) };
     }
+    gelu_each(values)
 }
 
 #[inline(always)]
-fn gelu_all(input: &[f32], out: &mut [f32]) {
-    out.iter_mut().zip(input).for_each(|(o, &v)| *o = gelu(v));
+fn gelu_each(values: &mut [f32]) {
+    values.iter_mut().for_each(|v| *v = gelu(*v));
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn gelu_all_avx2(input: &[f32], out: &mut [f32]) {
-    gelu_all(input, out)
+unsafe fn gelu_all_avx2(values: &mut [f32]) {
+    gelu_each(values)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn gelu_all_avx512(values: &mut [f32]) {
+    gelu_each(values)
 }
 
 /// GELU with erf: the activation MiniLM was trained with.
@@ -867,100 +721,9 @@ fn erf(x: f32) -> f32 {
     p / q
 }
 
-/// `y = x · Wᵀ + b` for `m` rows of `x`, the output columns split between
-/// two threads (the other core is free once the lexical side is done).
-fn dense(x: &[f32], m: usize, d: &Dense, y: &mut Vec<f32>) {
-    y.clear();
-    y.resize(m * d.out, 0.0);
-    #[cfg(target_arch = "x86_64")]
-    if d.inp.is_multiple_of(8)
-        && is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c")
-    {
-        let half = (d.out / 2).next_multiple_of(avx2::COLS).min(d.out);
-        let out = OutputRows(y.as_mut_ptr());
-        // SAFETY: the CPU has AVX2, FMA and F16C (checked above); the two
-        // calls write disjoint columns of `y`, which outlives both.
-        rayon::join(
-            || unsafe { avx2::dense(x, m, d, out, 0..half) },
-            || unsafe { avx2::dense(x, m, d, out, half..d.out) },
-        );
-        return;
-    }
-    dense_scalar(x, d, y);
-}
-
-/// The portable product, for CPUs without AVX2/FMA/F16C.
-fn dense_scalar(x: &[f32], d: &Dense, y: &mut [f32]) {
-    for (xr, yr) in x.chunks_exact(d.inp).zip(y.chunks_exact_mut(d.out)) {
-        for ((yv, wr), b) in yr.iter_mut().zip(d.weight.chunks_exact(d.inp)).zip(&d.bias) {
-            *yv = xr
-                .iter()
-                .zip(wr)
-                .map(|(a, &w)| a * half::f16::from_bits(w).to_f32())
-                .sum::<f32>()
-                + b;
-        }
-    }
-}
-
-/// The output matrix, shared by the threads that fill disjoint columns of it.
-#[derive(Clone, Copy)]
-struct OutputRows(*mut f32);
-// SAFETY: only used by `dense`, whose threads write disjoint elements.
-unsafe impl Send for OutputRows {}
-unsafe impl Sync for OutputRows {}
-
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Dense, OutputRows};
     use std::arch::x86_64::*;
-    use std::ops::Range;
-
-    /// Input rows per tile.
-    const ROWS: usize = 4;
-    /// Weight rows per tile. 4 x 2 measured best of 1x8, 2x4, 2x6, 3x4, 4x2
-    /// on Zen 3 (3x4 spills registers).
-    pub const COLS: usize = 2;
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dense(x: &[f32], m: usize, d: &Dense, y: OutputRows, columns: Range<usize>) {
-        let n = d.inp;
-        assert!(n.is_multiple_of(8) && x.len() >= m * n && d.weight.len() == n * d.out && columns.end <= d.out);
-        let w = d.weight.as_ptr();
-        let xp = x.as_ptr();
-        let mut j = columns.start;
-        while j < columns.end {
-            let cols = (columns.end - j).min(COLS);
-            let wr: [*const u16; COLS] = std::array::from_fn(|c| w.add((j + c.min(cols - 1)) * n));
-            let mut i = 0;
-            while i < m {
-                let rows = (m - i).min(ROWS);
-                // A short tile repeats its last row; those sums are dropped.
-                let xr: [*const f32; ROWS] = std::array::from_fn(|r| xp.add((i + r.min(rows - 1)) * n));
-                let mut acc = [[_mm256_setzero_ps(); COLS]; ROWS];
-                let mut k = 0;
-                while k < n {
-                    let xv: [__m256; ROWS] = std::array::from_fn(|r| _mm256_loadu_ps(xr[r].add(k)));
-                    for c in 0..COLS {
-                        let wv = _mm256_cvtph_ps(_mm_loadu_si128(wr[c].add(k) as *const __m128i));
-                        for r in 0..ROWS {
-                            acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
-                        }
-                    }
-                    k += 8;
-                }
-                for (r, row_acc) in acc.iter().enumerate().take(rows) {
-                    for (c, a) in row_acc.iter().enumerate().take(cols) {
-                        *y.0.add((i + r) * d.out + j + c) = sum(*a) + d.bias[j + c];
-                    }
-                }
-                i += rows;
-            }
-            j += cols;
-        }
-    }
 
     /// [`super::softmax_rows`], eight keys at a time.
     #[target_feature(enable = "avx2,fma")]
@@ -1099,10 +862,10 @@ mod tests {
 
     #[test]
     fn padding_must_sit_at_the_end_of_a_mask() {
-        assert_eq!(real_tokens(&[vec![1, 1, 0], vec![1, 1, 1]]).unwrap(), [2, 3]);
-        assert!(real_tokens(&[vec![0, 1, 1]]).is_err());
-        assert!(real_tokens(&[vec![1, 0, 1]]).is_err());
-        assert!(real_tokens(&[vec![0, 0]]).is_err());
+        assert_eq!(real_tokens(&[1, 1, 0, 1, 1, 1], 3).unwrap(), [2, 3]);
+        assert!(real_tokens(&[0, 1, 1], 3).is_err());
+        assert!(real_tokens(&[1, 0, 1], 3).is_err());
+        assert!(real_tokens(&[0, 0], 2).is_err());
     }
 
     #[test]
@@ -1139,34 +902,6 @@ mod tests {
         softmax_rows(&mut dispatched, keys, real);
         for (a, b) in dispatched.iter().zip(&portable) {
             assert!((a - b).abs() < 1e-7, "{a} against {b}");
-        }
-    }
-
-    /// Odd shapes: tiles cut short on both rows and columns.
-    #[test]
-    fn the_vector_product_equals_the_portable_one() {
-        let (inp, out) = (40, 13);
-        let mut seed = 7u32;
-        let mut next = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1 << 24) as f32 - 0.5
-        };
-        let d = Dense {
-            weight: (0..inp * out).map(|_| half::f16::from_f32(next()).to_bits()).collect(),
-            bias: (0..out).map(|_| next()).collect(),
-            inp,
-            out,
-        };
-        for m in [1, 3, 4, 7] {
-            let x: Vec<f32> = (0..m * inp).map(|_| next()).collect();
-            let mut fast = Vec::new();
-            dense(&x, m, &d, &mut fast);
-            let mut portable = vec![0.0; m * out];
-            dense_scalar(&x, &d, &mut portable);
-            assert_eq!(fast.len(), portable.len());
-            for (a, b) in fast.iter().zip(&portable) {
-                assert!((a - b).abs() < 1e-5, "m={m}: {a} vs {b}");
-            }
         }
     }
 }

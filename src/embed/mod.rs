@@ -1,15 +1,18 @@
 //! Embedders: text in, unit-length vectors out.
 //!
-//! The built-in default runs all-MiniLM-L6-v2 in-process with candle (pure
-//! Rust, CPU, no runtime to install). Vectors are stored once per distinct
+//! The built-in default runs all-MiniLM-L6-v2 in-process on the CPU (pure
+//! Rust, no runtime to install). Vectors are stored once per distinct
 //! chunk content and embedder id, so the id names everything that changes a
-//! vector: the model, the token budget and the chunk text recipe.
+//! vector: the model, the token budget and the chunk text recipe. The
+//! products' precision (bf16 where the CPU has AVX512-BF16, else f32) moves
+//! a vector by under 1e-4 in cosine and is not part of it.
 
 pub mod adapter;
 pub mod bert;
 pub mod http;
 pub mod lora;
 pub mod model;
+pub mod projection;
 pub mod provider;
 pub mod text;
 
@@ -22,8 +25,9 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::BertModel;
 use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::embed::bert::{BatchEncoder, Family, ModelConfig, QueryEncoder, MAX_QUERY_TOKENS};
+use crate::embed::bert::{real_tokens, Encoder, Family, ModelConfig};
 use crate::embed::model::{ModelSettings, ModelSpec, Pooling};
+use crate::embed::projection::Precision;
 use crate::embed::provider::{HttpEmbedder, ProviderConfig};
 
 /// Whether a text is a document (a chunk) or a search query; some models
@@ -74,12 +78,13 @@ pub struct LocalBert {
     dir: PathBuf,
     config: ModelConfig,
     settings: ModelSettings,
-    /// The passes load on first use: a search process only ever runs the query pass.
-    batch_pass: OnceLock<std::result::Result<BatchEncoder, String>>,
+    /// ken's pass, for batches and queries alike; loaded on first use.
+    pass: OnceLock<std::result::Result<Encoder, String>>,
     /// candle's own BertModel: for a model ken's passes do not run, and the
     /// reference they are checked and benchmarked against.
     candle_pass: OnceLock<std::result::Result<BertModel, String>>,
-    query_pass: OnceLock<std::result::Result<QueryEncoder, String>>,
+    /// The pass's products: bf16 where the CPU runs it.
+    precision: Precision,
     tokenizer: Tokenizer,
     dimensions: usize,
     lexical_weight: f64,
@@ -144,9 +149,9 @@ impl LocalBert {
                 crate::embed::text::CHUNK_TEXT_VERSION
             ),
             dir: dir.to_path_buf(),
-            batch_pass: OnceLock::new(),
+            pass: OnceLock::new(),
             candle_pass: OnceLock::new(),
-            query_pass: OnceLock::new(),
+            precision: Precision::fastest(),
             tokenizer,
             dimensions: config.bert.hidden_size,
             lexical_weight: spec.lexical_weight,
@@ -156,15 +161,23 @@ impl LocalBert {
         Ok(local)
     }
 
+    /// This model with its pass's products in `precision` (f32, the
+    /// reference, or bf16 where the CPU runs it).
+    pub fn with_precision(mut self, precision: Precision) -> LocalBert {
+        self.precision = precision;
+        self.pass = OnceLock::new();
+        self
+    }
+
     fn weights(&self) -> std::result::Result<VarBuilder<'static>, String> {
         // SAFETY: the weights file is mapped read-only and not modified while mapped.
         unsafe { VarBuilder::from_mmaped_safetensors(&[self.dir.join("model.safetensors")], DType::F32, &Device::Cpu) }
             .map_err(|e| format!("loading model.safetensors: {e}"))
     }
 
-    fn batch_model(&self) -> Result<&BatchEncoder> {
-        self.batch_pass
-            .get_or_init(|| BatchEncoder::load(self.weights()?, &self.config).map_err(|e| format!("{e:#}")))
+    fn encoder(&self) -> Result<&Encoder> {
+        self.pass
+            .get_or_init(|| Encoder::load(&self.dir, &self.config, self.precision).map_err(|e| format!("{e:#}")))
             .as_ref()
             .map_err(|e| anyhow!("{e}"))
     }
@@ -177,13 +190,6 @@ impl LocalBert {
                 }
                 BertModel::load(self.weights()?, &self.config.bert).map_err(|e| format!("building the BERT model: {e}"))
             })
-            .as_ref()
-            .map_err(|e| anyhow!("{e}"))
-    }
-
-    fn query_model(&self) -> Result<&QueryEncoder> {
-        self.query_pass
-            .get_or_init(|| QueryEncoder::load(&self.dir, &self.config).map_err(|e| format!("{e:#}")))
             .as_ref()
             .map_err(|e| anyhow!("{e}"))
     }
@@ -227,12 +233,12 @@ impl Embedder for LocalBert {
             &prompted.iter().map(String::as_str).collect::<Vec<_>>()
         };
         if let ([text], InputKind::Query) = (texts, kind) {
-            let encoding = self
-                .tokenizer
-                .encode(*text, true)
-                .map_err(|e| anyhow!("tokenizing: {e}"))?;
-            // A model the query pass cannot run (other weight types) takes candle's pass.
-            if let (true, Ok(pass)) = (encoding.get_ids().len() <= MAX_QUERY_TOKENS, self.query_model()) {
+            // One input, unpadded, straight through ken's pass.
+            if let Ok(pass) = self.encoder() {
+                let encoding = self
+                    .tokenizer
+                    .encode(*text, true)
+                    .map_err(|e| anyhow!("tokenizing: {e}"))?;
                 return Ok(vec![pass.embed(
                     encoding.get_ids(),
                     encoding.get_type_ids(),
@@ -248,8 +254,15 @@ impl LocalBert {
     /// The pass over a padded batch, what chunks go through: ken's, or
     /// candle's for a model ken's does not run.
     pub fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        match self.batch_model() {
-            Ok(encoder) => self.pooled(texts, |ids, types, mask| encoder.forward(ids, types, mask)),
+        match self.encoder() {
+            Ok(encoder) => self.pooled(texts, |ids, types, mask| {
+                let (items, len) = ids.dims2()?;
+                let real = real_tokens(&mask.flatten_all()?.to_vec1::<u32>()?, len)?;
+                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+                let types = types.flatten_all()?.to_vec1::<u32>()?;
+                let hidden = encoder.forward(&ids, &types, &real, len)?;
+                Ok(Tensor::from_vec(hidden, (items, len, self.dimensions), &Device::Cpu)?)
+            }),
             Err(_) => self.embed_batch_with_candle(texts),
         }
     }

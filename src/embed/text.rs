@@ -43,7 +43,7 @@ fn spelled_names(text: &str) -> Option<String> {
 /// (`toRgba` → `toRgba\nto rgba`). ident-public semantic: chunk H@1 .465 → .540.
 /// A question gets only its names spelled after it, not itself again: the
 /// model's time grows with the tokens, and a question written twice took
-/// twice as long (over 64 tokens, the slower batch pass) for the same meaning.
+/// twice as long for the same meaning.
 pub fn query_text(query: &str) -> std::borrow::Cow<'_, str> {
     let spelled = if crate::source::lexical::is_question(query) {
         let names = crate::source::lexical::split_names(query);
