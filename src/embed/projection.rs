@@ -9,8 +9,9 @@
 //! in 24 registers, the weights in 16-column panels of bf16 pairs, the
 //! activations converted once per call. Elsewhere the product is f32 through
 //! `gemm`, or, for a few rows (a query), against half-float weights (AVX2),
-//! since `gemm` packs the weights on every call. Bias, a residual and a row function (GELU, layer norm) are applied
-//! to each block of rows while it is still in cache.
+//! since `gemm` packs the weights on every call. Bias, a residual and a row
+//! function (GELU, layer norm) are applied to each block of rows while it is
+//! still in cache.
 
 use rayon::prelude::*;
 
