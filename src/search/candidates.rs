@@ -175,9 +175,10 @@ impl Searcher {
     }
 
     /// The lexical side; meanwhile, when the search will use the query's
-    /// vector, the query embedded on another core and the lexical
-    /// candidates' rows read while the model runs: (the lexical side, the
-    /// query's vector, the rows read).
+    /// vector, the query embedded on another core and its nearest vectors
+    /// found there, and the lexical candidates' rows read while the model
+    /// runs: (the lexical side, the query's vector and nearest vectors, the
+    /// rows read).
     fn lexical_while_embedding<'q>(
         &self,
         query: &'q Query,
@@ -186,7 +187,7 @@ impl Searcher {
         deferred: bool,
     ) -> (
         Result<LexicalSide<'q>>,
-        Option<Result<QueryVector>>,
+        Option<Result<Prefetched>>,
         HashMap<i64, CandidateRow>,
     ) {
         // A query of several words will use its vector: embed it on another
@@ -194,7 +195,14 @@ impl Searcher {
         let prefetch = req.mode != SearchMode::Lexical && !deferred && query.wording.several_words();
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
         std::thread::scope(|scope| {
-            let job = prefetch_side.map(|side| scope.spawn(move || side.embed_query(query)));
+            let nearest = vector_fetch(req.mode, fetch);
+            let job = prefetch_side.map(|side| {
+                scope.spawn(move || {
+                    let vector = side.embed_query(query)?;
+                    let embeddings = nearest_embeddings(side, &vector.vector, nearest)?;
+                    Ok((vector, embeddings))
+                })
+            });
             let lexical = self.lexical_side(query, req, fetch);
             // While the other core embeds the query, read the lexical
             // candidates' chunks and stored vectors (a failure here only
@@ -231,7 +239,7 @@ impl Searcher {
         query: &Query,
         req: &SearchRequest,
         fetch: usize,
-        prefetched: Option<Result<QueryVector>>,
+        prefetched: Option<Result<Prefetched>>,
         skip: bool,
     ) -> Result<Option<VectorSearch<'_>>> {
         Ok(match (req.mode, self.semantic_side_unless(skip)) {
@@ -406,13 +414,19 @@ impl Searcher {
         query: &Query,
         req: &SearchRequest,
         fetch: usize,
-        prefetched: Option<Result<QueryVector>>,
+        prefetched: Option<Result<Prefetched>>,
     ) -> Result<(QueryVector, Neighbours)> {
-        let query = match prefetched {
-            Some(vector) => vector?,
-            None => side.embed_query(query)?,
+        let (query, embeddings) = match prefetched {
+            Some(found) => found?,
+            None => {
+                let vector = side.embed_query(query)?;
+                let embeddings = nearest_embeddings(side, &vector.vector, fetch)?;
+                (vector, embeddings)
+            }
         };
-        let found = self.neighbours(side, &query.vector, req, fetch)?;
+        let found = self
+            .store
+            .chunks_of_embeddings(&self.chunk_filter(req), &embeddings, fetch)?;
         Ok((query, found))
     }
 
@@ -425,9 +439,9 @@ impl Searcher {
         req: &SearchRequest,
         fetch: usize,
     ) -> Result<Vec<(i64, f32)>> {
-        let neighbours = side.vectors.search(vector, fetch * 2)?;
+        let embeddings = nearest_embeddings(side, vector, fetch)?;
         self.store
-            .chunks_of_embeddings(&self.chunk_filter(req), &neighbours, fetch)
+            .chunks_of_embeddings(&self.chunk_filter(req), &embeddings, fetch)
     }
 
     /// The candidates' chunks, with their text when `with_content` (else
@@ -542,6 +556,17 @@ impl Searcher {
 /// on it or code fragments of the query are looked for in it.
 fn needs_content(common: &CommonTerms, fragments: &[String]) -> bool {
     !common.terms.is_empty() || !fragments.is_empty()
+}
+
+/// The query's vector and its nearest stored vectors, found on the core
+/// that embedded it while the lexical side ran.
+type Prefetched = (QueryVector, Vec<(i64, f32)>);
+
+/// The stored vectors nearest to `vector`, twice the `fetch` chunks wanted
+/// (some belong to no chunk of the branch or fail the filters): (embedding
+/// id, similarity).
+fn nearest_embeddings(side: &SemanticSide, vector: &[f32], fetch: usize) -> Result<Vec<(i64, f32)>> {
+    side.vectors.search(vector, fetch * 2)
 }
 
 /// How many vector neighbours a search of `mode` takes.
