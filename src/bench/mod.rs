@@ -504,7 +504,7 @@ pub struct QueryBench {
     pub query_embedding_batch_pass_p50_ms: f64,
 }
 
-/// One query embedding's time per query, ken's query pass and the baseline
+/// One query embedding's time per query, ken's pass and the baseline
 /// (candle's BertModel, or ken's batch pass for a model candle lacks), in ms.
 fn time_query_embedding(searcher: &Searcher, queries: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
     let (mut embed_ms, mut batch_pass_ms) = (Vec::new(), Vec::new());

@@ -451,13 +451,13 @@ fn weights_prefix(has: impl Fn(&str) -> bool) -> Result<&'static str> {
         .ok_or_else(|| anyhow!("model.safetensors has no word embeddings"))
 }
 
-/// Refuses what these passes do not run (candle's BertModel then runs the model).
+/// Refuses what ken's pass does not run (candle's BertModel then runs the model).
 fn check_architecture(config: &Config) -> Result<()> {
     if config.hidden_act != HiddenAct::Gelu {
-        bail!("ken's BERT passes support GELU (erf) activations only");
+        bail!("ken's BERT pass supports GELU (erf) activations only");
     }
     if config.position_embedding_type != PositionEmbeddingType::Absolute {
-        bail!("ken's BERT passes support absolute position embeddings only");
+        bail!("ken's BERT pass supports absolute position embeddings only");
     }
     if !config.hidden_size.is_multiple_of(config.num_attention_heads) {
         bail!("hidden size {} is not a multiple of the head count", config.hidden_size);
