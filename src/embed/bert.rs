@@ -335,21 +335,8 @@ impl Encoder {
 
     /// The pooled, unit-length embedding of one tokenized input.
     pub fn embed(&self, ids: &[u32], type_ids: &[u32], pooling: Pooling) -> Result<Vec<f32>> {
-        let h = self.hidden;
-        let x = self.forward(ids, type_ids, &[ids.len()], ids.len())?;
-        let mut pooled = vec![0f32; h];
-        match pooling {
-            // The mean, whose 1/m the unit length cancels out.
-            Pooling::Mean => {
-                for row in x.chunks_exact(h) {
-                    pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
-                }
-            }
-            Pooling::Cls => pooled.copy_from_slice(&x[..h]),
-        }
-        let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt();
-        pooled.iter_mut().for_each(|v| *v /= norm);
-        Ok(pooled)
+        let rows = self.forward(ids, type_ids, &[ids.len()], ids.len())?;
+        Ok(pool(&rows, self.hidden, &[ids.len()], ids.len(), pooling).remove(0))
     }
 
     /// The embedding rows of one input's tokens (positions from its first), appended to `x`.
@@ -463,6 +450,32 @@ fn check_architecture(config: &Config) -> Result<()> {
         bail!("hidden size {} is not a multiple of the head count", config.hidden_size);
     }
     Ok(())
+}
+
+/// Each item's pooled, unit-length vector, from its `len` rows `hidden`
+/// wide, the first `real_tokens[b]` of them real (padding at the end).
+pub fn pool(rows: &[f32], hidden: usize, real_tokens: &[usize], len: usize, pooling: Pooling) -> Vec<Vec<f32>> {
+    real_tokens
+        .iter()
+        .enumerate()
+        .map(|(item, &real)| {
+            let rows = &rows[item * len * hidden..][..real * hidden];
+            let mut pooled = vec![0f32; hidden];
+            match pooling {
+                // The mean, whose 1/real the unit length cancels out.
+                Pooling::Mean => {
+                    for row in rows.chunks_exact(hidden) {
+                        pooled.iter_mut().zip(row).for_each(|(p, v)| *p += v);
+                    }
+                }
+                // The first token, `[CLS]`.
+                Pooling::Cls => pooled.copy_from_slice(&rows[..hidden]),
+            }
+            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt();
+            pooled.iter_mut().for_each(|v| *v /= norm);
+            pooled
+        })
+        .collect()
 }
 
 /// Each item's count of real tokens, from its attention mask, `len` per
@@ -723,6 +736,7 @@ fn erf(x: f32) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use crate::embed::projection::x86::sum;
     use std::arch::x86_64::*;
 
     /// [`super::softmax_rows`], eight keys at a time.
@@ -777,14 +791,6 @@ mod avx2 {
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
         _mm_cvtss_f32(m)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn sum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
     }
 }
 

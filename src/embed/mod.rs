@@ -25,8 +25,8 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::BertModel;
 use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::embed::bert::{real_tokens, Encoder, Family, ModelConfig};
-use crate::embed::model::{ModelSettings, ModelSpec, Pooling};
+use crate::embed::bert::{pool, real_tokens, Encoder, Family, ModelConfig};
+use crate::embed::model::{ModelSettings, ModelSpec};
 use crate::embed::projection::Precision;
 use crate::embed::provider::{HttpEmbedder, ProviderConfig};
 
@@ -255,14 +255,7 @@ impl LocalBert {
     /// candle's for a model ken's does not run.
     pub fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         match self.encoder() {
-            Ok(encoder) => self.pooled(texts, |ids, types, mask| {
-                let (items, len) = ids.dims2()?;
-                let real = real_tokens(&mask.flatten_all()?.to_vec1::<u32>()?, len)?;
-                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
-                let types = types.flatten_all()?.to_vec1::<u32>()?;
-                let hidden = encoder.forward(&ids, &types, &real, len)?;
-                Ok(Tensor::from_vec(hidden, (items, len, self.dimensions), &Device::Cpu)?)
-            }),
+            Ok(encoder) => self.pooled(texts, |ids, types, _, real, len| encoder.forward(ids, types, real, len)),
             Err(_) => self.embed_batch_with_candle(texts),
         }
     }
@@ -275,15 +268,20 @@ impl LocalBert {
     /// candle's BertModel over the same batch.
     pub fn embed_batch_with_candle(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let model = self.candle_model()?;
-        self.pooled(texts, |ids, types, mask| Ok(model.forward(ids, types, Some(mask))?))
+        self.pooled(texts, |ids, types, mask, real, len| {
+            let tensor = |values: &[u32]| Tensor::from_slice(values, (real.len(), len), &Device::Cpu);
+            let hidden = model.forward(&tensor(ids)?, &tensor(types)?, Some(&tensor(mask)?))?;
+            Ok(hidden.flatten_all()?.to_vec1::<f32>()?)
+        })
     }
 
     /// The texts tokenized and padded to one batch, run through `forward`
-    /// (ids, types, mask → hidden states), pooled and made unit length.
+    /// (ids, types, mask, real tokens per item, tokens per item → hidden
+    /// rows), pooled and made unit length.
     fn pooled(
         &self,
         texts: &[&str],
-        forward: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        forward: impl Fn(&[u32], &[u32], &[u32], &[usize], usize) -> Result<Vec<f32>>,
     ) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -292,33 +290,16 @@ impl LocalBert {
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| anyhow!("tokenizing: {e}"))?;
-        let n = encodings.len();
         let len = encodings[0].get_ids().len();
-        let mut ids = Vec::with_capacity(n * len);
-        let mut types = Vec::with_capacity(n * len);
-        let mut mask = Vec::with_capacity(n * len);
+        let (mut ids, mut types, mut mask) = (Vec::new(), Vec::new(), Vec::new());
         for e in &encodings {
             ids.extend_from_slice(e.get_ids());
             types.extend_from_slice(e.get_type_ids());
             mask.extend_from_slice(e.get_attention_mask());
         }
-        let device = Device::Cpu;
-        let ids = Tensor::from_vec(ids, (n, len), &device)?;
-        let types = Tensor::from_vec(types, (n, len), &device)?;
-        let mask = Tensor::from_vec(mask, (n, len), &device)?;
-        let hidden = forward(&ids, &types, &mask)?;
-        let pooled = match self.settings.pooling {
-            // Mean over the real tokens.
-            Pooling::Mean => {
-                let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-                hidden.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)?
-            }
-            // The first token, `[CLS]` (padding is at the end).
-            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
-        };
-        let norms = pooled.sqr()?.sum_keepdim(1)?.sqrt()?;
-        let unit = pooled.broadcast_div(&norms)?;
-        Ok(unit.to_vec2::<f32>()?)
+        let real = real_tokens(&mask, len)?;
+        let hidden = forward(&ids, &types, &mask, &real, len)?;
+        Ok(pool(&hidden, self.dimensions, &real, len, self.settings.pooling))
     }
 }
 

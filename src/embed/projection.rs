@@ -263,7 +263,7 @@ fn pack_panels(weight: &[f32], inputs: usize, outputs: usize) -> Vec<u32> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::{pair, OutputRows, LANES};
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -272,12 +272,12 @@ mod x86 {
     const HALF_ROWS: usize = 4;
     /// Weight rows per tile. 4 x 2 measured best of 1x8, 2x4, 2x6, 3x4, 4x2
     /// on Zen 3 (3x4 spills registers).
-    pub const COLS: usize = 2;
+    pub(super) const COLS: usize = 2;
 
     /// `out = x · Wᵀ` for `m` rows of `k`, `columns` of the `n` outputs,
     /// against half-float weights (`n` rows of `k`).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn half_product(
+    pub(super) unsafe fn half_product(
         x: &[f32],
         m: usize,
         k: usize,
@@ -309,10 +309,7 @@ mod x86 {
                 }
                 for (r, row_acc) in acc.iter().enumerate().take(rows) {
                     for (c, a) in row_acc.iter().enumerate().take(cols) {
-                        let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps(*a, 1));
-                        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-                        *out.start().add((i + r) * n + j + c) = _mm_cvtss_f32(s);
+                        *out.start().add((i + r) * n + j + c) = sum(*a);
                     }
                 }
                 i += rows;
@@ -327,9 +324,18 @@ mod x86 {
     /// fill 28 of the 32 registers.
     const PANELS: usize = 3;
 
+    /// The sum of eight floats.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn sum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
     /// `m` rows of `k` floats as bf16 pairs, `k.div_ceil(2)` a row.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn to_pairs(x: &[f32], m: usize, k: usize, pairs: &mut [u32]) {
+    pub(super) unsafe fn to_pairs(x: &[f32], m: usize, k: usize, pairs: &mut [u32]) {
         let stride = k.div_ceil(2);
         assert!(x.len() >= m * k && pairs.len() >= m * stride);
         let whole = k - k % 32;
@@ -353,7 +359,7 @@ mod x86 {
     /// `out = x · Wᵀ` for `m` rows of bf16 pairs (`stride` apart) against
     /// the packed panels of `n` columns.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn product(x: &[u32], m: usize, stride: usize, panels: &[u32], n: usize, out: &mut [f32]) {
+    pub(super) unsafe fn product(x: &[u32], m: usize, stride: usize, panels: &[u32], n: usize, out: &mut [f32]) {
         let panel_count = n / LANES;
         assert!(x.len() >= m * stride && panels.len() == panel_count * stride * LANES && out.len() >= m * n);
         let mut first = 0;

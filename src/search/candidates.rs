@@ -420,14 +420,11 @@ impl Searcher {
             Some(found) => found?,
             None => {
                 let vector = side.embed_query(query)?;
-                let embeddings = nearest_embeddings(side, &vector.vector, fetch)?;
-                (vector, embeddings)
+                let found = self.neighbours(side, &vector.vector, req, fetch)?;
+                return Ok((vector, found));
             }
         };
-        let found = self
-            .store
-            .chunks_of_embeddings(&self.chunk_filter(req), &embeddings, fetch)?;
-        Ok((query, found))
+        Ok((query, self.chunks_near(req, &embeddings, fetch)?))
     }
 
     /// The chunks (of the branch, passing the filters) whose vectors are
@@ -439,9 +436,14 @@ impl Searcher {
         req: &SearchRequest,
         fetch: usize,
     ) -> Result<Vec<(i64, f32)>> {
-        let embeddings = nearest_embeddings(side, vector, fetch)?;
+        self.chunks_near(req, &nearest_embeddings(side, vector, fetch)?, fetch)
+    }
+
+    /// The chunks (of the branch, passing the filters) of `embeddings`,
+    /// nearest first, up to `fetch`.
+    fn chunks_near(&self, req: &SearchRequest, embeddings: &[(i64, f32)], fetch: usize) -> Result<Vec<(i64, f32)>> {
         self.store
-            .chunks_of_embeddings(&self.chunk_filter(req), &embeddings, fetch)
+            .chunks_of_embeddings(&self.chunk_filter(req), embeddings, fetch)
     }
 
     /// The candidates' chunks, with their text when `with_content` (else
