@@ -327,9 +327,14 @@ impl Encoder {
             relative_bias: relative_bias.as_deref(),
         };
         let mut scratch = Scratch::default();
-        for layer in &self.layers {
-            self.layer(layer, &mut x, &attention, &mut scratch);
-        }
+        // On one of rayon's threads, each step's parts go to the other
+        // workers by stealing; from a thread outside the pool every step
+        // was a hand-off and a sleep, half of a query's pass.
+        rayon::scope(|_| {
+            for layer in &self.layers {
+                self.layer(layer, &mut x, &attention, &mut scratch);
+            }
+        });
         Ok(x)
     }
 

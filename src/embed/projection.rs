@@ -151,21 +151,35 @@ impl Projection {
                 out,
                 gemm::Parallelism::Rayon(rayon::current_num_threads()),
             ),
+            #[cfg(target_arch = "x86_64")]
+            Weights::Bf16(panels) if m <= FEW_ROWS => bf16_by_columns(x, m, k, n, panels, out),
             Weights::Bf16(_) => {}
         }
+        let by_rows = match &self.weights {
+            Weights::Bf16(panels) if m > FEW_ROWS => Some(panels),
+            _ => None,
+        };
         out.par_chunks_mut(block * n)
             .enumerate()
             .for_each_init(Vec::new, |pairs, (i, out)| {
                 let rows = out.len() / n;
                 #[cfg(target_arch = "x86_64")]
-                if let Weights::Bf16(panels) = &self.weights {
+                if let Some(panels) = by_rows {
                     let stride = k.div_ceil(2);
                     pairs.clear();
                     pairs.resize(rows * stride, 0u32);
                     // SAFETY: Bf16 weights exist only where the CPU runs AVX512-BF16.
                     unsafe {
                         x86::to_pairs(&x[i * block * k..][..rows * k], rows, k, pairs);
-                        x86::product(pairs, rows, stride, panels, n, out);
+                        x86::product(
+                            pairs,
+                            rows,
+                            stride,
+                            panels,
+                            n,
+                            OutputRows(out.as_mut_ptr()),
+                            0..n / LANES,
+                        );
                     }
                 }
                 for (row_at, row) in out.chunks_exact_mut(n).enumerate() {
@@ -180,8 +194,29 @@ impl Projection {
     }
 }
 
-/// Up to this many rows take the half-float product (f32 weights only).
+/// Up to this many rows (a query) are multiplied in one block, the columns
+/// split between the cores: each weight is read from memory once, where
+/// blocks of rows would each read them all. With f32 weights, these rows
+/// take the half-float product.
 const FEW_ROWS: usize = 64;
+
+/// The bf16 product of a few rows, `out = x · Wᵀ`, the panels split
+/// between the cores.
+#[cfg(target_arch = "x86_64")]
+fn bf16_by_columns(x: &[f32], m: usize, k: usize, n: usize, panels: &[u32], out: &mut [f32]) {
+    let stride = k.div_ceil(2);
+    let mut pairs = vec![0u32; m * stride];
+    let panel_count = n / LANES;
+    let parts = rayon::current_num_threads().clamp(1, panel_count);
+    let rows = OutputRows(out.as_mut_ptr());
+    // SAFETY: Bf16 weights exist only where the CPU runs AVX512-BF16; each
+    // part writes its own panels' columns of `out`.
+    unsafe { x86::to_pairs(x, m, k, &mut pairs) };
+    (0..parts).into_par_iter().for_each(|part| unsafe {
+        let panels_of = part * panel_count / parts..(part + 1) * panel_count / parts;
+        x86::product(&pairs, m, stride, panels, n, rows, panels_of);
+    });
+}
 
 /// Whether the half-float product for a few rows runs here.
 fn half_supported() -> bool {
@@ -357,16 +392,24 @@ pub(crate) mod x86 {
     }
 
     /// `out = x · Wᵀ` for `m` rows of bf16 pairs (`stride` apart) against
-    /// the packed panels of `n` columns.
+    /// `panels_of` the packed panels of `n` columns (`out` is `m × n`).
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn product(x: &[u32], m: usize, stride: usize, panels: &[u32], n: usize, out: &mut [f32]) {
+    pub(super) unsafe fn product(
+        x: &[u32],
+        m: usize,
+        stride: usize,
+        panels: &[u32],
+        n: usize,
+        out: OutputRows,
+        panels_of: Range<usize>,
+    ) {
         let panel_count = n / LANES;
-        assert!(x.len() >= m * stride && panels.len() == panel_count * stride * LANES && out.len() >= m * n);
-        let mut first = 0;
-        while first < panel_count {
-            let count = (panel_count - first).min(PANELS);
+        assert!(x.len() >= m * stride && panels.len() == panel_count * stride * LANES && panels_of.end <= panel_count);
+        let mut first = panels_of.start;
+        while first < panels_of.end {
+            let count = (panels_of.end - first).min(PANELS);
             let w = panels.as_ptr().add(first * stride * LANES);
-            let o = out.as_mut_ptr().add(first * LANES);
+            let o = out.start().add(first * LANES);
             for row in (0..m).step_by(ROWS) {
                 let rows = (m - row).min(ROWS);
                 let (x, o) = (x.as_ptr().add(row * stride), o.add(row * n));
@@ -436,7 +479,14 @@ mod tests {
     /// panels not a multiple of 3, an odd input width with a tail past 32.
     #[test]
     fn both_precisions_match_a_float64_product() {
-        for (m, k, n) in [(1, 8, 16), (13, 37, 48), (70, 96, 80), (9, 384, 32), (7, 40, 13)] {
+        for (m, k, n) in [
+            (1, 8, 16),
+            (13, 37, 48),
+            (70, 96, 80),
+            (9, 384, 32),
+            (7, 40, 13),
+            (30, 64, 176),
+        ] {
             let (x, w, b, residual) = (numbers(m * k, 1), numbers(n * k, 2), numbers(n, 3), numbers(m * n, 4));
             let expected = reference(&x, &w, &b, &residual, m, k, n);
             let bf16 = bf16_supported() && n.is_multiple_of(LANES);

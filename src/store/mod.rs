@@ -200,14 +200,16 @@ mod tests {
         }
     }
 
+    /// A connection of each kind to one new index in `dir`.
+    fn writer_and_reader(dir: &Path) -> [Store; 2] {
+        drop(Store::open_for_write(dir).unwrap());
+        [Store::open_for_write(dir).unwrap(), Store::open_for_read(dir).unwrap()]
+    }
+
     #[test]
     fn a_cached_statement_is_compiled_once() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Store::open_for_write(dir.path()).unwrap());
-        for store in [
-            Store::open_for_write(dir.path()).unwrap(),
-            Store::open_for_read(dir.path()).unwrap(),
-        ] {
+        for store in writer_and_reader(dir.path()) {
             // The shape of the search's row reads: a join on a bound text and a bound id.
             let sql = "SELECT k.path FROM chunks c JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
                        WHERE c.id = ?2";
@@ -219,6 +221,22 @@ mod tests {
             }
             let stmt = store.conn.prepare_cached(sql).unwrap();
             assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        }
+    }
+
+    #[test]
+    fn readers_and_writers_map_the_file_and_cache_pages_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        for store in writer_and_reader(dir.path()) {
+            let pragma = |name: &str| -> i64 {
+                store
+                    .conn
+                    .query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                    .unwrap()
+            };
+            // Pages come from the memory map, not a read call each.
+            assert!(pragma("mmap_size") >= 1 << 30, "mmap_size {}", pragma("mmap_size"));
+            assert_eq!(pragma("cache_size"), -65536);
         }
     }
 

@@ -99,9 +99,47 @@ fn with_fast_metric(mut index: Index) -> Index {
         let dimensions = index.dimensions();
         // SAFETY: usearch passes two vectors of the index's `dimensions`
         // f32s; the CPU has AVX2 and FMA (checked above).
-        index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { avx2::dot(a, b, dimensions) }));
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: as above, and the CPU has AVX-512F.
+            index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { avx512::dot(a, b, dimensions) }));
+        } else {
+            index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { avx2::dot(a, b, dimensions) }));
+        }
     }
     index
+}
+
+/// The walk's distance on CPUs with AVX-512: 70% of a walk was the AVX2 dot
+/// product, two chains of 24 dependent FMAs for 384 dimensions; this one
+/// runs four chains of six.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `Σ a[i]·b[i]` over `n` f32s.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot(a: *const f32, b: *const f32, n: usize) -> f32 {
+        let mut sums = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 64 <= n {
+            for (lane, sum) in sums.iter_mut().enumerate() {
+                let at = i + 16 * lane;
+                *sum = _mm512_fmadd_ps(_mm512_loadu_ps(a.add(at)), _mm512_loadu_ps(b.add(at)), *sum);
+            }
+            i += 64;
+        }
+        while i + 16 <= n {
+            sums[0] = _mm512_fmadd_ps(_mm512_loadu_ps(a.add(i)), _mm512_loadu_ps(b.add(i)), sums[0]);
+            i += 16;
+        }
+        let sum = _mm512_add_ps(_mm512_add_ps(sums[0], sums[1]), _mm512_add_ps(sums[2], sums[3]));
+        let mut total = _mm512_reduce_add_ps(sum);
+        while i < n {
+            total += *a.add(i) * *b.add(i);
+            i += 1;
+        }
+        total
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -344,6 +382,33 @@ mod tests {
                 assert!((a - b).abs() < 1e-5, "similarity {a} vs {b}");
             }
             assert!((got[0].1 - 1.0).abs() < 1e-5, "a vector is nearest to itself");
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_dot_products_match_a_plain_sum() {
+        let mut noise = crate::bench::Noise(7);
+        // Tails on every side of the 16- and 64-float steps.
+        for n in [1, 15, 37, 64, 100, 384, 390] {
+            let a = crate::bench::clustered_vectors(&mut noise, 1, n, 1, 0.5).remove(0);
+            let b = crate::bench::clustered_vectors(&mut noise, 1, n, 1, 0.5).remove(0);
+            let plain: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+            let mut kernels: Vec<(&str, f32)> = Vec::new();
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // SAFETY: both vectors hold n floats; the CPU has the features.
+                kernels.push(("avx2", unsafe { avx2::dot(a.as_ptr(), b.as_ptr(), n) }));
+            }
+            if is_x86_feature_detected!("avx512f") {
+                // SAFETY: as above.
+                kernels.push(("avx512", unsafe { avx512::dot(a.as_ptr(), b.as_ptr(), n) }));
+            }
+            for (kernel, dot) in kernels {
+                assert!(
+                    (f64::from(dot) - plain).abs() < 1e-5,
+                    "{kernel} at {n}: {dot} against {plain}"
+                );
+            }
         }
     }
 
