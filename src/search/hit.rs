@@ -119,24 +119,38 @@ pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
     if lines.len() <= max_lines {
         return lines.join("\n");
     }
-    let line_terms: Vec<Vec<String>> = lines
+    // Each line's query terms, as indexes into `q.terms`, each once.
+    let mut terms = String::new();
+    let line_terms: Vec<Vec<usize>> = lines
         .iter()
         .map(|line| {
-            let mut s = String::new();
-            lexical::index_terms(line, &mut s);
-            s.split(' ')
-                .filter(|t| q.terms.iter().any(|qt| qt == t))
-                .map(str::to_string)
-                .collect()
+            terms.clear();
+            lexical::index_terms(line, &mut terms);
+            let mut found: Vec<usize> = terms
+                .split(' ')
+                .filter_map(|t| q.terms.iter().position(|qt| qt == t))
+                .collect();
+            found.sort_unstable();
+            found.dedup();
+            found
         })
         .collect();
-    let mut best = (0usize, 0usize);
-    for start in 0..=lines.len() - max_lines {
-        let mut distinct: Vec<&String> = line_terms[start..start + max_lines].iter().flatten().collect();
-        distinct.sort();
-        distinct.dedup();
-        if distinct.len() > best.1 {
-            best = (start, distinct.len());
+    // The window slides a line at a time, counting each term's lines in it.
+    let mut lines_with = vec![0usize; q.terms.len()];
+    let (mut distinct, mut best) = (0, (0usize, 0usize));
+    for (last, entering) in line_terms.iter().enumerate() {
+        for &t in entering {
+            distinct += usize::from(lines_with[t] == 0);
+            lines_with[t] += 1;
+        }
+        if let Some(leaving) = last.checked_sub(max_lines).map(|first| &line_terms[first]) {
+            for &t in leaving {
+                lines_with[t] -= 1;
+                distinct -= usize::from(lines_with[t] == 0);
+            }
+        }
+        if last + 1 >= max_lines && distinct > best.1 {
+            best = (last + 1 - max_lines, distinct);
         }
     }
     lines[best.0..best.0 + max_lines].join("\n")
@@ -173,6 +187,71 @@ pub(super) fn contains_whole(text: &str, fragment: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The snippet as first written: every window's distinct terms counted
+    /// anew, the first best window kept.
+    fn snippet_by_counting_each_window(content: &str, q: &QueryTerms, max_lines: usize) -> String {
+        let lines: Vec<&str> = content.lines().collect();
+        if lines.len() <= max_lines {
+            return lines.join("\n");
+        }
+        let line_terms: Vec<Vec<String>> = lines
+            .iter()
+            .map(|line| {
+                let mut s = String::new();
+                lexical::index_terms(line, &mut s);
+                s.split(' ')
+                    .filter(|t| q.terms.iter().any(|qt| qt == t))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .collect();
+        let mut best = (0usize, 0usize);
+        for start in 0..=lines.len() - max_lines {
+            let mut distinct: Vec<&String> = line_terms[start..start + max_lines].iter().flatten().collect();
+            distinct.sort();
+            distinct.dedup();
+            if distinct.len() > best.1 {
+                best = (start, distinct.len());
+            }
+        }
+        lines[best.0..best.0 + max_lines].join("\n")
+    }
+
+    #[test]
+    fn a_snippet_is_the_first_window_with_the_most_query_terms() {
+        let q = QueryTerms::parse("parse config file timeout");
+        let content = (0..40)
+            .map(|n| match n {
+                5 => "let config = parse(path);".to_string(),
+                20 => "// the file is read with a timeout".to_string(),
+                22 => "parse_config(file)".to_string(),
+                33 => "Config::parse".to_string(),
+                _ => format!("let x{n} = {n};"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let got = snippet(&content, &q, 4);
+        // Lines 20 and 22 hold all four terms: the first window with both.
+        assert!(got.starts_with("let x19 = 19;\n// the file is read"), "{got}");
+        assert_eq!(got.lines().count(), 4);
+        assert_eq!(
+            snippet(&content, &QueryTerms::parse("absent"), 3),
+            "let x0 = 0;\nlet x1 = 1;\nlet x2 = 2;"
+        );
+        assert_eq!(snippet("one\ntwo", &q, 4), "one\ntwo");
+        // Every window size and query agrees with counting each window anew.
+        for query in ["parse config", "timeout file parse", "config", "read the file"] {
+            let q = QueryTerms::parse(query);
+            for lines in 1..12 {
+                assert_eq!(
+                    snippet(&content, &q, lines),
+                    snippet_by_counting_each_window(&content, &q, lines),
+                    "{query:?} in {lines} lines"
+                );
+            }
+        }
+    }
 
     #[test]
     fn quoted_code_is_looked_for_outside_comments_and_docstrings() {

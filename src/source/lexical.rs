@@ -147,7 +147,7 @@ pub fn index_terms(text: &str, out: &mut String) {
 fn push_stemmed(term: &str, out: &mut String) {
     static STEMMER: OnceLock<Stemmer> = OnceLock::new();
     thread_local! {
-        static MEMO: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+        static MEMO: RefCell<HashMap<String, String, foldhash::fast::RandomState>> = RefCell::new(HashMap::default());
     }
     MEMO.with(|memo| {
         let mut memo = memo.borrow_mut();
