@@ -279,20 +279,19 @@ pub(super) fn configure(conn: &Connection) -> Result<()> {
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = NORMAL;
-         PRAGMA temp_store = MEMORY;",
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -65536;",
     )
     .context("configuring the index database")?;
     Ok(())
 }
 
-/// What a connection that only reads sets too: none of it writes the file.
+/// What a connection that only reads sets too (none of it writes the file;
+/// a reader keeps SQLite's small page cache, the map being its cache).
 fn configure_reads(conn: &Connection) -> Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
-    conn.execute_batch(&format!(
-        "PRAGMA cache_size = -65536;
-         PRAGMA mmap_size = {MMAP_BYTES};"
-    ))
-    .context("configuring the index database")?;
+    conn.execute_batch(&format!("PRAGMA mmap_size = {MMAP_BYTES};"))
+        .context("configuring the index database")?;
     Ok(())
 }
 
