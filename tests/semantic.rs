@@ -1121,6 +1121,74 @@ fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
 }
 
 #[test]
+fn a_chunk_only_the_vectors_found_is_scored_by_bm25_as_the_lexical_side_scores_it() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Seventy short chunks about drawing say "ledger" once; one long function
+    // means the question and says "ledger" once too: the lexical side's fifty
+    // best are the short ones, so only the vectors find the long one. Two
+    // hundred chunks without the word keep its IDF above zero.
+    for i in 0..70 {
+        write(
+            root,
+            &format!("sprites/draw_{i}.py"),
+            &format!("def draw_sprite_{i}(canvas):\n    canvas.blit(sprite_{i})  # ledger\n"),
+        );
+    }
+    for i in 0..200 {
+        write(
+            root,
+            &format!("fill/scale_{i}.py"),
+            &format!("def scale_{i}(x):\n    return x * {i}\n"),
+        );
+    }
+    let mut body = String::from(
+        "def balance_the_accounts(records):\n    \"\"\"Each period, pair every transfer the financial institution \
+         sent with the ledger line that booked it, and return the pairs that disagree.\"\"\"\n",
+    );
+    for n in 0..30 {
+        body.push_str(&format!(
+            "    sent_{n} = records.transfers[{n}]\n    booked_{n} = records.lines[{n}]\n"
+        ));
+    }
+    body.push_str("    return [(s, b) for s, b in zip(records.transfers, records.lines) if s != b]\n");
+    write(root, "accounts.py", &body);
+    index_json(root);
+    let question = "compare the bank's monthly payments with the ledger and report mismatches";
+    // Fusion leaning on the meaning, so that the long one is among five results.
+    let weights = [("KEN_FUSION_WEIGHTS", "0.1,1,0".to_string())];
+    let long_one = |mode: &str, k: &str| -> Value {
+        let out = ken_env(
+            root,
+            &["search", "--json", "--explain", "--mode", mode, "-k", k, question],
+            &weights,
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["path"] == "accounts.py")
+            .unwrap_or_else(|| panic!("accounts.py in {mode}: {hits}"))
+            .clone()
+    };
+    // Lexical, deep enough to score every chunk: its BM25 for "ledger".
+    let lexical = long_one("lexical", "100");
+    let bm25 = lexical["explain"]["bm25"].as_f64().unwrap();
+    assert!(bm25 > 0.0, "{lexical}");
+    // Hybrid, five results: it is among them by its meaning, with the same
+    // BM25 (taken on the second connection while the rows are read).
+    let hybrid = long_one("hybrid", "5");
+    let scored = hybrid["explain"]["bm25"].as_f64().unwrap();
+    assert!(
+        (scored - bm25).abs() < 1e-6 * bm25,
+        "hybrid {hybrid} against lexical {lexical}"
+    );
+    assert!(hybrid["explain"]["cosine"].is_number(), "{hybrid}");
+}
+
+#[test]
 fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
     model_dir();
     let tmp = tempfile::tempdir().unwrap();

@@ -668,7 +668,10 @@ pub fn query(
                     phase_p50(|p| p.lexical),
                 ),
                 ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
-                ("BM25 of vector-only candidates".to_string(), phase_p50(|p| p.rescore)),
+                (
+                    "BM25 of vector-only candidates, beyond the loading".to_string(),
+                    phase_p50(|p| p.rescore),
+                ),
                 (
                     "loading candidates and their vectors".to_string(),
                     phase_p50(|p| p.load),

@@ -140,10 +140,19 @@ impl Searcher {
             );
         }
         clock.phases.vector = clock.lap();
-        if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty() {
-            self.add_bm25_of_vector_only(&mut candidates, &matched_terms)?;
-        }
-        clock.phases.rescore = clock.lap();
+        // Fusion weighs every candidate on both sides: the ones only the
+        // vector side found get their BM25 too (a chunk middling on both
+        // sides is in neither side's top list, yet can be the best answer).
+        let only_vector: Vec<i64> = if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty()
+        {
+            candidates
+                .iter()
+                .filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any())
+                .map(|(&id, _)| id)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let with_content = needs_content(&common, query.fragments(req.mode));
         // In hybrid mode, candidates the vector side did not reach get their
         // similarity from their stored vectors, read with the rest of the
@@ -159,12 +168,37 @@ impl Searcher {
             .as_ref()
             .zip(signature_model.as_deref())
             .map(|(v, model)| (model, v.query.vector.as_slice()));
-        let (mut hits, chunk_vectors) =
-            self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
+        // Their BM25 on the second connection, on the other core, while
+        // this one reads the candidates' rows.
+        let reader = (!only_vector.is_empty()).then(|| self.reader()).flatten();
+        let (loaded, scores) = std::thread::scope(|scope| {
+            let job = reader.map(|reader| {
+                scope.spawn(|| {
+                    let store = reader.lock().unwrap_or_else(|e| e.into_inner());
+                    let _snapshot = store.read_snapshot()?;
+                    bm25_of(&store, &matched_terms, &only_vector)
+                })
+            });
+            let loaded = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded);
+            clock.phases.load = clock.lap();
+            let scores = match job {
+                Some(job) => job.join().unwrap_or_else(|_| Err(anyhow::anyhow!("scoring panicked"))),
+                None => bm25_of(&self.store, &matched_terms, &only_vector),
+            };
+            (loaded, scores)
+        });
+        let (mut hits, chunk_vectors) = loaded?;
+        for (id, score) in scores? {
+            if let Some(c) = candidates.get_mut(&id) {
+                c.bm25 = score;
+            }
+        }
+        clock.phases.rescore = clock.lap();
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
         }
-        clock.phases.load = clock.lap();
+        let common_terms = clock.lap();
+        clock.phases.load += common_terms;
         Ok(Gathered {
             candidates,
             hits,
@@ -266,23 +300,6 @@ impl Searcher {
                 None
             }
         })
-    }
-
-    /// Fusion weighs every candidate on both sides: the ones only the
-    /// vector side found get their BM25 too (a chunk middling on both sides
-    /// is in neither side's top list, yet can be the best answer).
-    fn add_bm25_of_vector_only(&self, candidates: &mut HashMap<i64, Candidate>, matched_terms: &Terms) -> Result<()> {
-        let only_vector: Vec<i64> = candidates
-            .iter()
-            .filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any())
-            .map(|(&id, _)| id)
-            .collect();
-        for (id, score) in self.bm25_of(matched_terms, &only_vector)? {
-            if let Some(c) = candidates.get_mut(&id) {
-                c.bm25 = score;
-            }
-        }
-        Ok(())
     }
 
     /// BM25 candidates and exact symbol-name matches (none in semantic mode),
@@ -391,19 +408,6 @@ impl Searcher {
             }
             depth *= 4;
         }
-    }
-
-    /// The BM25 score of each of `ids` that matches `terms` (with their
-    /// document frequencies): the lexical side's score, for chunks only the
-    /// vector side found.
-    fn bm25_of(&self, terms: &[(&String, f64)], ids: &[i64]) -> Result<Vec<(i64, f64)>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-        let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
-        let scores = self.store.bm25_of(&fts_query, &frequencies, ids, BM25_WEIGHTS)?;
-        Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
     }
 
     /// Chunks whose embedding is among the query's nearest neighbours, with
@@ -541,6 +545,17 @@ impl Searcher {
         })
     }
 
+    /// The second connection ([`Searcher::reader`]), opened on first use;
+    /// `None` if it cannot be (this connection then does its work).
+    fn reader(&self) -> Option<&std::sync::Mutex<crate::store::Store>> {
+        if self.reader.get().is_none() {
+            let store = crate::store::Store::open_for_read(&self.store.dir).ok()?;
+            store.register_bm25().ok()?;
+            let _ = self.reader.set(std::sync::Mutex::new(store));
+        }
+        self.reader.get()
+    }
+
     /// Reads the text of hits loaded without it.
     pub(super) fn load_contents(&self, hits: &mut [SearchHit]) -> Result<()> {
         for hit in hits.iter_mut().filter(|h| h.content.is_empty()) {
@@ -552,6 +567,19 @@ impl Searcher {
         }
         Ok(())
     }
+}
+
+/// The BM25 score in `store` of each of `ids` that matches `terms` (with
+/// their document frequencies): the lexical side's score, for chunks only
+/// the vector side found.
+fn bm25_of(store: &crate::store::Store, terms: &[(&String, f64)], ids: &[i64]) -> Result<Vec<(i64, f64)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
+    let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
+    let scores = store.bm25_of(&fts_query, &frequencies, ids, BM25_WEIGHTS)?;
+    Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
 }
 
 /// Whether every candidate is read with its text: when common terms score

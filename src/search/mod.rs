@@ -99,7 +99,8 @@ pub struct SearchPhases {
     pub lexical: Duration,
     /// Vector neighbours: the HNSW search and their chunks.
     pub vector: Duration,
-    /// BM25 of the candidates only the vectors found.
+    /// BM25 of the candidates only the vectors found: what is left of it
+    /// after the rows are read (it runs beside them on a second connection).
     pub rescore: Duration,
     /// Reading the candidates with their stored vectors.
     pub load: Duration,
@@ -137,6 +138,10 @@ pub struct Searcher {
     /// Only a successful load is kept: a failure (no vectors yet, no model)
     /// is retried by the next query, which may come after `ken index`.
     semantic: OnceLock<SemanticSide>,
+    /// A second connection to the index, opened by the first search that
+    /// scores vector-only candidates: their BM25 is taken there while this
+    /// connection reads the candidates' rows.
+    reader: OnceLock<std::sync::Mutex<Store>>,
     notice: std::sync::Mutex<Option<String>>,
     fusion: Fusion,
     /// `KEN_FUSION_WEIGHTS` is set: the embedder's lexical weight is not applied.
@@ -182,6 +187,7 @@ impl Searcher {
             store,
             branch,
             semantic: OnceLock::new(),
+            reader: OnceLock::new(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::of(settings),
             fusion_weights_set: settings.fusion_weights.is_some(),
