@@ -1437,6 +1437,32 @@ fn confidence_of(root: &std::path::Path, query: &str) -> Value {
 }
 
 #[test]
+fn a_searcher_counts_the_terms_anew_for_each_search() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    payments_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let searcher = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    let req = ken::search::SearchRequest {
+        mode: ken::search::SearchMode::Lexical,
+        ..ken::search::SearchRequest::new("where is the kubernetes ingress for the ledger")
+    };
+    let note = || searcher.search_rated(&req).unwrap().1.note.unwrap_or_default();
+    let before = note();
+    assert!(before.contains("`kubernetes`"), "{before}");
+    // The index gains the word; the same searcher's next search knows it
+    // (a search remembers the counts it read only while it runs).
+    write(
+        root,
+        "deploy/ingress.py",
+        "def kubernetes_ingress(ledger):\n    return 'kubernetes ingress for the ledger'\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let after = note();
+    assert!(!after.contains("`kubernetes`"), "{after}");
+}
+
+#[test]
 fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

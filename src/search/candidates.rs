@@ -341,7 +341,7 @@ impl Searcher {
         let total = self.chunk_total()?;
         let mut with_df = Vec::new();
         for term in &q.terms {
-            let df = self.store.term_frequency(term)?;
+            let df = self.term_frequency(term)?;
             if df > 0 {
                 with_df.push((term, df as f64));
             }

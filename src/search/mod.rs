@@ -142,6 +142,9 @@ pub struct Searcher {
     /// scores vector-only candidates: their BM25 is taken there while this
     /// connection reads the candidates' rows.
     reader: OnceLock<std::sync::Mutex<Store>>,
+    /// The document frequencies read by the search under way (one snapshot):
+    /// the lexical side and the confidence ask for the same terms.
+    term_frequencies: std::sync::Mutex<HashMap<String, i64>>,
     notice: std::sync::Mutex<Option<String>>,
     fusion: Fusion,
     /// `KEN_FUSION_WEIGHTS` is set: the embedder's lexical weight is not applied.
@@ -188,6 +191,7 @@ impl Searcher {
             branch,
             semantic: OnceLock::new(),
             reader: OnceLock::new(),
+            term_frequencies: Default::default(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::of(settings),
             fusion_weights_set: settings.fusion_weights.is_some(),
@@ -359,6 +363,7 @@ impl Searcher {
         // between two of them would skew the term statistics (a chunk total
         // read before a batch, document frequencies after it).
         let _snapshot = self.store.read_snapshot()?;
+        self.term_frequencies.lock().unwrap_or_else(|e| e.into_inner()).clear();
 
         let mut clock = PhaseClock::start();
         let Gathered {
@@ -436,6 +441,24 @@ impl Searcher {
         Ok(hits)
     }
 
+    /// The number of chunks that have `term`, read once per search.
+    fn term_frequency(&self, term: &str) -> Result<i64> {
+        if let Some(&df) = self
+            .term_frequencies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(term)
+        {
+            return Ok(df);
+        }
+        let df = self.store.term_frequency(term)?;
+        self.term_frequencies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(term.to_string(), df);
+        Ok(df)
+    }
+
     /// How likely `hits` are to answer the query ([`Confidence`]).
     fn rate(
         &self,
@@ -446,13 +469,13 @@ impl Searcher {
     ) -> Result<Confidence> {
         let mut terms = Vec::with_capacity(query.lexical.terms.len());
         for term in &query.lexical.terms {
-            let df = self.store.term_frequency(term)? as f64;
+            let df = self.term_frequency(term)? as f64;
             terms.push(TermStat { term: term.clone(), df });
         }
         let total = terms.iter().map(|t| t.df).fold(self.chunk_total()?, f64::max);
         let mut absent_words = Vec::new();
         for (word, whole) in lexical::whole_word_terms(&query.text) {
-            if self.store.term_frequency(&whole)? == 0 {
+            if self.term_frequency(&whole)? == 0 {
                 absent_words.push(word);
             }
         }
