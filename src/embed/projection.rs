@@ -207,7 +207,7 @@ fn bf16_by_columns(x: &[f32], m: usize, k: usize, n: usize, panels: &[u32], out:
     let stride = k.div_ceil(2);
     let mut pairs = vec![0u32; m * stride];
     let panel_count = n / LANES;
-    let parts = rayon::current_num_threads().clamp(1, panel_count);
+    let parts = rayon::current_num_threads().min(panel_count).max(1);
     let rows = OutputRows(out.as_mut_ptr());
     // SAFETY: Bf16 weights exist only where the CPU runs AVX512-BF16; each
     // part writes its own panels' columns of `out`.

@@ -181,9 +181,10 @@ impl Searcher {
             });
             let loaded = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded);
             clock.phases.load = clock.lap();
-            let scores = match job {
-                Some(job) => job.join().unwrap_or_else(|_| Err(anyhow::anyhow!("scoring panicked"))),
-                None => bm25_of(&self.store, &matched_terms, &only_vector),
+            // Without the second connection, or if it failed, on this one.
+            let scores = match job.map(|job| job.join()) {
+                Some(Ok(Ok(scores))) => Ok(scores),
+                _ => bm25_of(&self.store, &matched_terms, &only_vector),
             };
             (loaded, scores)
         });
@@ -548,12 +549,13 @@ impl Searcher {
     /// The second connection ([`Searcher::reader`]), opened on first use;
     /// `None` if it cannot be (this connection then does its work).
     fn reader(&self) -> Option<&std::sync::Mutex<crate::store::Store>> {
-        if self.reader.get().is_none() {
-            let store = crate::store::Store::open_for_read(&self.store.dir).ok()?;
-            store.register_bm25().ok()?;
-            let _ = self.reader.set(std::sync::Mutex::new(store));
-        }
-        self.reader.get()
+        self.reader
+            .get_or_init(|| {
+                let store = crate::store::Store::open_for_read(&self.store.dir).ok()?;
+                store.register_bm25().ok()?;
+                Some(std::sync::Mutex::new(store))
+            })
+            .as_ref()
     }
 
     /// Reads the text of hits loaded without it.

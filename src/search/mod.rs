@@ -140,8 +140,9 @@ pub struct Searcher {
     semantic: OnceLock<SemanticSide>,
     /// A second connection to the index, opened by the first search that
     /// scores vector-only candidates: their BM25 is taken there while this
-    /// connection reads the candidates' rows.
-    reader: OnceLock<std::sync::Mutex<Store>>,
+    /// connection reads the candidates' rows. `None`: it could not be opened
+    /// (not tried again; this connection does that work).
+    reader: OnceLock<Option<std::sync::Mutex<Store>>>,
     /// The document frequencies read by the search under way (one snapshot):
     /// the lexical side and the confidence ask for the same terms.
     term_frequencies: std::sync::Mutex<HashMap<String, i64>>,

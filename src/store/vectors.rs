@@ -97,14 +97,15 @@ fn with_fast_metric(mut index: Index) -> Index {
     #[cfg(target_arch = "x86_64")]
     if index.scalar_kind() == ScalarKind::F32 && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         let dimensions = index.dimensions();
-        // SAFETY: usearch passes two vectors of the index's `dimensions`
-        // f32s; the CPU has AVX2 and FMA (checked above).
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: as above, and the CPU has AVX-512F.
-            index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { avx512::dot(a, b, dimensions) }));
+        let dot: unsafe fn(*const f32, *const f32, usize) -> f32 = if is_x86_feature_detected!("avx512f") {
+            avx512::dot
         } else {
-            index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { avx2::dot(a, b, dimensions) }));
-        }
+            avx2::dot
+        };
+        // SAFETY: usearch passes two vectors of the index's `dimensions`
+        // f32s; the CPU has AVX2 and FMA (checked above), and AVX-512F for
+        // its kernel.
+        index.change_metric::<f32>(Box::new(move |a, b| 1.0 - unsafe { dot(a, b, dimensions) }));
     }
     index
 }
