@@ -1463,6 +1463,47 @@ fn a_searcher_counts_the_terms_anew_for_each_search() {
 }
 
 #[test]
+fn a_long_lived_searcher_ranks_as_a_new_one_after_the_index_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    payments_project(root);
+    let card = |extra: &str| {
+        format!("def charge_card(payment):\n    \"\"\"Charge the card of a payment.\"\"\"\n    {extra}return gateway.charge(payment.card)\n")
+    };
+    write(root, "payments/zz_charge.py", &card(""));
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let req = ken::search::SearchRequest {
+        mode: ken::search::SearchMode::Lexical,
+        ..ken::search::SearchRequest::new("charge the card of a payment")
+    };
+    let ranked = |searcher: &ken::search::Searcher| -> Vec<(String, u32, f64)> {
+        let hits = searcher.search(&req).unwrap();
+        hits.iter().map(|h| (h.path.clone(), h.start_line, h.score)).collect()
+    };
+    let searcher = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    let first = ranked(&searcher);
+    assert!(first.len() >= 3, "{first:?}");
+    // The second search ranks with the row lengths it keeps: the same ranking.
+    assert_eq!(ranked(&searcher), first);
+    // Every file goes, then comes back, one of them longer: the new chunks
+    // take the freed rowids, which the kept lengths must not describe.
+    std::fs::remove_dir_all(root.join("payments")).unwrap();
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    payments_project(root);
+    write(
+        root,
+        "payments/zz_charge.py",
+        &card(&"audit.log(payment)\n    ".repeat(40)),
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let after = ranked(&searcher);
+    assert_ne!(after, first, "the longer chunk scores lower");
+    let fresh = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    assert_eq!(after, ranked(&fresh));
+    assert_eq!(ranked(&searcher), after);
+}
+
+#[test]
 fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

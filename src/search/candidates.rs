@@ -309,8 +309,7 @@ impl Searcher {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let (terms, common) = self.selective_terms(&query.lexical)?;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
-            let words: Vec<&String> = terms.iter().map(|(t, _)| *t).collect();
-            for (id, rank) in self.lexical_candidates(&words, req, fetch)? {
+            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
                 candidates.entry(id).or_default().bm25 = -rank;
             }
         }
@@ -390,8 +389,15 @@ impl Searcher {
     /// FTS5 ranks alone first (no joins per match, which is what makes broad
     /// queries slow); the winners are then checked against the catalog and
     /// filters, fetching deeper only when too many were filtered out.
-    fn lexical_candidates(&self, terms: &[&String], req: &SearchRequest, fetch: usize) -> Result<Vec<(i64, f64)>> {
-        let fts_query = QueryTerms::fts_match(terms.iter().copied());
+    fn lexical_candidates(
+        &self,
+        terms: &[(&String, f64)],
+        req: &SearchRequest,
+        fetch: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
+        // The frequencies the terms were chosen by: FTS5 would count them again.
+        let frequencies = frequency_blob(terms);
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
         // skips reading the length of rows that cannot make the top `depth`.
         let ranking = Bm25Ranking {
@@ -401,7 +407,7 @@ impl Searcher {
         let filter = self.chunk_filter(req);
         let mut depth = fetch;
         loop {
-            let ranked = self.store.lexical_ranked(&fts_query, depth, ranking)?;
+            let ranked = self.store.lexical_ranked(&fts_query, &frequencies, depth, ranking)?;
             let exhausted = ranked.len() < depth;
             let visible = self.store.first_visible(&filter, &ranked, fetch)?;
             if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {
@@ -548,7 +554,7 @@ impl Searcher {
 
     /// The second connection ([`Searcher::reader`]), opened on first use;
     /// `None` if it cannot be (this connection then does its work).
-    fn reader(&self) -> Option<&std::sync::Mutex<crate::store::Store>> {
+    pub(super) fn reader(&self) -> Option<&std::sync::Mutex<crate::store::Store>> {
         self.reader
             .get_or_init(|| {
                 let store = crate::store::Store::open_for_read(&self.store.dir).ok()?;
@@ -579,9 +585,13 @@ fn bm25_of(store: &crate::store::Store, terms: &[(&String, f64)], ids: &[i64]) -
         return Ok(Vec::new());
     }
     let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-    let frequencies: Vec<u8> = terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect();
-    let scores = store.bm25_of(&fts_query, &frequencies, ids, BM25_WEIGHTS)?;
+    let scores = store.bm25_of(&fts_query, &frequency_blob(terms), ids, BM25_WEIGHTS)?;
     Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
+}
+
+/// The terms' document frequencies as `ken_bm25` takes them.
+fn frequency_blob(terms: &[(&String, f64)]) -> Vec<u8> {
+    terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect()
 }
 
 /// Whether every candidate is read with its text: when common terms score

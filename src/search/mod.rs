@@ -32,7 +32,9 @@ use crate::embed::InputKind;
 use crate::search::confidence::{Confidence, Evidence, TermStat};
 use crate::source::git;
 use crate::source::lexical::{self, QueryTerms};
-use crate::store::Store;
+use crate::store::bm25::RowLengths;
+use crate::store::lookup::RowLengthsInUse;
+use crate::store::{index_maps, populate_maps, Store};
 
 use candidates::{Candidate, Gathered, VectorSearch, OVERFETCH};
 use definitions::Defines;
@@ -146,6 +148,13 @@ pub struct Searcher {
     /// The document frequencies read by the search under way (one snapshot):
     /// the lexical side and the confidence ask for the same terms.
     term_frequencies: std::sync::Mutex<HashMap<String, i64>>,
+    /// Every chunk's length for `ken_bm25`, with the lexical generation it
+    /// was read at (`None` inside: the index's rowids too sparse to keep).
+    /// Read by a searcher's second search (a one-shot search does not pay
+    /// for it) or by a server before the first, and again when the
+    /// generation moves.
+    row_lengths: std::sync::Mutex<Option<(i64, Option<std::sync::Arc<RowLengths>>)>>,
+    searches: std::sync::atomic::AtomicUsize,
     notice: std::sync::Mutex<Option<String>>,
     fusion: Fusion,
     /// `KEN_FUSION_WEIGHTS` is set: the embedder's lexical weight is not applied.
@@ -193,6 +202,8 @@ impl Searcher {
             semantic: OnceLock::new(),
             reader: OnceLock::new(),
             term_frequencies: Default::default(),
+            row_lengths: Default::default(),
+            searches: Default::default(),
             notice: std::sync::Mutex::new(None),
             fusion: Fusion::of(settings),
             fusion_weights_set: settings.fusion_weights.is_some(),
@@ -365,6 +376,8 @@ impl Searcher {
         // read before a batch, document frequencies after it).
         let _snapshot = self.store.read_snapshot()?;
         self.term_frequencies.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let repeated = self.searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0;
+        let _lengths = self.keep_row_lengths(repeated);
 
         let mut clock = PhaseClock::start();
         let Gathered {
@@ -396,6 +409,47 @@ impl Searcher {
         clock.phases.rank = clock.lap();
         *self.last_phases.lock().unwrap_or_else(|e| e.into_inner()) = clock.phases;
         Ok((hits, confidence))
+    }
+
+    /// Readies a long-lived searcher (a server's, before its first search):
+    /// reads every chunk's length now, opens the second connection, and maps
+    /// in the index's pages on this searcher's maps: those not in `before`
+    /// ([`index_maps`] before it was opened). Returns the bytes mapped in.
+    pub fn warm_up(&self, before: &[std::ops::Range<usize>]) -> Result<usize> {
+        {
+            let _snapshot = self.store.read_snapshot()?;
+            self.searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(self.keep_row_lengths(true));
+        }
+        // SQLite maps the file on a connection's first read.
+        if let Some(reader) = self.reader() {
+            reader.lock().unwrap_or_else(|e| e.into_inner()).lexical_generation()?;
+        }
+        let own: Vec<_> = index_maps(&self.store.dir)
+            .into_iter()
+            .filter(|m| !before.contains(m))
+            .collect();
+        Ok(populate_maps(&own))
+    }
+
+    /// Hands `ken_bm25` the rows' lengths of this snapshot's generation for
+    /// the search's duration: those kept while the generation holds, else
+    /// read now when `load`; without them it reads each length from the index.
+    fn keep_row_lengths(&self, load: bool) -> RowLengthsInUse<'_> {
+        let Ok(generation) = self.store.lexical_generation() else {
+            return self.store.use_row_lengths(None);
+        };
+        let mut kept = self.row_lengths.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.as_ref().is_some_and(|(at, _)| *at != generation) {
+            *kept = None;
+        }
+        if kept.is_none() && load {
+            if let Ok(lengths) = self.store.row_lengths() {
+                *kept = Some((generation, lengths.map(std::sync::Arc::new)));
+            }
+        }
+        self.store
+            .use_row_lengths(kept.as_ref().and_then(|(_, lengths)| lengths.clone()))
     }
 
     /// The fusion of a search whose vector side is `vectors`: leaning on the

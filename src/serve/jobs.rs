@@ -94,10 +94,21 @@ impl KenServer {
         pool.model_loading.store(true, Ordering::SeqCst);
         std::thread::spawn(move || {
             let started = Instant::now();
+            // The maps of other connections: the warm-up maps in its own only.
+            let before = crate::store::index_maps(&index_dir);
             match Searcher::open(&root, &index_dir) {
                 Ok(searcher) => match searcher.load_model() {
                     Ok(()) => {
                         tracing::info!("model loaded in {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
+                        let warming = Instant::now();
+                        match searcher.warm_up(&before) {
+                            Ok(bytes) => tracing::info!(
+                                "searcher warmed up in {:.0} ms ({} MB of the index mapped in)",
+                                warming.elapsed().as_secs_f64() * 1e3,
+                                bytes >> 20
+                            ),
+                            Err(e) => tracing::info!("searcher not warmed up: {e:#}"),
+                        }
                         pool.give(PROJECT, searcher);
                     }
                     Err(why) => tracing::info!("no model loaded: {why}"),

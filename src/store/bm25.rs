@@ -9,16 +9,22 @@
 //! get 0, which sorts after every real score. The first `k` rows of
 //! `ORDER BY ken_bm25(...) LIMIT k` are therefore exactly those of `bm25()`.
 //!
-//! SQL: `ken_bm25(fts_table, k, weight_col0, weight_col1, ...)`. With a blob
-//! of the phrases' document frequencies (f64 little-endian, one per phrase,
-//! as the index keeps them) in place of `k`, every row is scored: the way to
-//! score a few chosen rows without FTS5 first counting each phrase's matches
-//! over the whole table.
+//! SQL: `ken_bm25(fts_table, k, frequencies, weight_col0, weight_col1, ...)`.
+//! `k` 0 scores every row (the way to score a few chosen rows). `frequencies`
+//! is a blob of the phrases' document frequencies (f64 little-endian, one
+//! per phrase, as the index keeps them), or NULL to count them as FTS5 does:
+//! each count walks the phrase's whole list, which the caller has often read
+//! already.
+//!
+//! A long-lived searcher can hand the function every row's length
+//! ([`RowLengths`], on the connection's [`LengthSlot`]): it then reads no
+//! length from the index at all.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 use rusqlite::ffi;
@@ -28,8 +34,78 @@ const K1: f64 = 1.2;
 const B: f64 = 0.75;
 const NAME: &CStr = c"ken_bm25";
 
-/// Registers `ken_bm25` on this connection.
-pub fn register(conn: &Connection) -> Result<()> {
+/// Each row's length in tokens (all columns, as FTS5's docsize table keeps
+/// it), by rowid, as of one snapshot: exact for every snapshot of the same
+/// lexical generation, since every batch that adds or removes chunks moves
+/// the generation on.
+pub struct RowLengths {
+    /// `u32::MAX`: no such row.
+    by_rowid: Vec<u32>,
+}
+
+impl RowLengths {
+    /// `rows`: (rowid, length: [`docsize_total`]). `None` when a length is
+    /// unreadable or the rowids are too sparse for a table by rowid.
+    pub(super) fn new(rows: impl IntoIterator<Item = (i64, Option<u32>)>) -> Option<RowLengths> {
+        let mut by_rowid = Vec::new();
+        for (read, (rowid, length)) in rows.into_iter().enumerate() {
+            let rowid = usize::try_from(rowid).ok()?;
+            // Checked as rows come (in rowid order): the table stays within
+            // 4 entries a row and a million.
+            if rowid > 4 * (read + 1) + 1_000_000 {
+                return None;
+            }
+            if rowid >= by_rowid.len() {
+                by_rowid.resize(rowid + 1, u32::MAX);
+            }
+            by_rowid[rowid] = length?;
+        }
+        Some(RowLengths { by_rowid })
+    }
+
+    fn get(&self, rowid: i64) -> Option<u32> {
+        let length = *self.by_rowid.get(usize::try_from(rowid).ok()?)?;
+        (length != u32::MAX).then_some(length)
+    }
+}
+
+/// A row's length from its docsize record: the sum of its varints
+/// (SQLite's encoding: 7 bits a byte, the high bit set on all but the last,
+/// a ninth byte whole). `None` when malformed.
+pub(super) fn docsize_total(record: &[u8]) -> Option<u32> {
+    let mut total = 0u64;
+    let mut bytes = record.iter();
+    while let Some(&first) = bytes.next() {
+        let mut value = u64::from(first & 0x7f);
+        let mut byte = first;
+        let mut read = 1;
+        while byte & 0x80 != 0 {
+            byte = *bytes.next()?;
+            read += 1;
+            value = if read == 9 {
+                (value << 8) | u64::from(byte)
+            } else {
+                (value << 7) | u64::from(byte & 0x7f)
+            };
+            if read == 9 {
+                break;
+            }
+        }
+        total += value;
+    }
+    u32::try_from(total).ok().filter(|&t| t != u32::MAX)
+}
+
+/// The lengths `ken_bm25` reads on one connection, when it has them.
+pub type LengthSlot = Mutex<Option<Arc<RowLengths>>>;
+
+unsafe extern "C" fn drop_slot(p: *mut c_void) {
+    drop(Arc::from_raw(p.cast::<LengthSlot>().cast_const()));
+}
+
+/// Registers `ken_bm25` on this connection, reading row lengths from `slot`
+/// when it holds them.
+pub fn register(conn: &Connection, slot: Arc<LengthSlot>) -> Result<()> {
     // SAFETY: the handle stays valid while `conn` lives; the statement is
     // finalized before returning, and `api` is written by SQLite during step.
     unsafe {
@@ -51,7 +127,11 @@ pub fn register(conn: &Connection) -> Result<()> {
         let Some(create) = api.as_ref().and_then(|a| a.xCreateFunction) else {
             bail!("this SQLite's FTS5 takes no ranking functions");
         };
-        if create(api, NAME.as_ptr(), ptr::null_mut(), Some(ken_bm25), None) != ffi::SQLITE_OK {
+        // FTS5 owns this reference once registered, and drops it with the
+        // connection (`drop_slot`); not when registering fails.
+        let user_data = Arc::into_raw(slot).cast_mut().cast::<c_void>();
+        if create(api, NAME.as_ptr(), user_data, Some(ken_bm25), Some(drop_slot)) != ffi::SQLITE_OK {
+            drop_slot(user_data);
             bail!("cannot register the ranking function {NAME:?}");
         }
     }
@@ -59,8 +139,9 @@ pub fn register(conn: &Connection) -> Result<()> {
 }
 
 /// What one query's rows share: IDF per phrase, average row length, column
-/// weights, and the best `k` scores so far.
+/// weights, the best `k` scores so far, and the rows' lengths if known.
 struct QueryState {
+    lengths: Option<Arc<RowLengths>>,
     idf: Vec<f64>,
     avgdl: f64,
     weights: Vec<f64>,
@@ -131,21 +212,30 @@ unsafe fn new_state(
     fts: *mut ffi::Fts5Context,
     args: &[*mut ffi::sqlite3_value],
 ) -> Result<QueryState, c_int> {
-    let (Some(row_count), Some(total_size), Some(phrase_count), Some(query_phrase)) =
-        (api.xRowCount, api.xColumnTotalSize, api.xPhraseCount, api.xQueryPhrase)
-    else {
+    let (Some(row_count), Some(total_size), Some(phrase_count), Some(query_phrase), Some(user_data)) = (
+        api.xRowCount,
+        api.xColumnTotalSize,
+        api.xPhraseCount,
+        api.xQueryPhrase,
+        api.xUserData,
+    ) else {
         return Err(ffi::SQLITE_MISUSE);
     };
+    let slot = user_data(fts).cast::<LengthSlot>().cast_const();
+    let lengths = slot
+        .as_ref()
+        .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).clone());
     let (mut rows, mut tokens) = (0i64, 0i64);
     check(row_count(fts, &mut rows))?;
     check(total_size(fts, -1, &mut tokens))?;
     let avgdl = tokens as f64 / rows as f64;
     let phrases = phrase_count(fts).max(0) as usize;
-    let first = args.first().copied();
-    let given = first.filter(|&v| ffi::sqlite3_value_type(v) == ffi::SQLITE_BLOB);
-    let (idf, k) = match given {
-        // The caller's document frequencies: scoring a few chosen rows then
-        // skips counting every phrase's matches.
+    let k = args.first().map_or(0, |&v| ffi::sqlite3_value_int64(v).max(0) as usize);
+    let given = args
+        .get(1)
+        .copied()
+        .filter(|&v| ffi::sqlite3_value_type(v) == ffi::SQLITE_BLOB);
+    let idf = match given {
         Some(blob) => {
             let len = ffi::sqlite3_value_bytes(blob).max(0) as usize;
             let data = ffi::sqlite3_value_blob(blob).cast::<u8>();
@@ -157,11 +247,10 @@ unsafe fn new_state(
             if bytes.len() != phrases * 8 {
                 return Err(ffi::SQLITE_MISMATCH);
             }
-            let idf = bytes
+            bytes
                 .chunks_exact(8)
                 .map(|b| idf_of(rows as f64, f64::from_le_bytes(b.try_into().expect("8 bytes"))))
-                .collect();
-            (idf, 0)
+                .collect()
         }
         None => {
             let mut idf = Vec::with_capacity(phrases);
@@ -175,17 +264,18 @@ unsafe fn new_state(
                 ))?;
                 idf.push(idf_of(rows as f64, hits as f64));
             }
-            (idf, first.map_or(0, |v| ffi::sqlite3_value_int64(v).max(0) as usize))
+            idf
         }
     };
-    let weights = args.iter().skip(1).map(|&v| ffi::sqlite3_value_double(v)).collect();
+    let weights = args.iter().skip(2).map(|&v| ffi::sqlite3_value_double(v)).collect();
     Ok(QueryState {
-        idf,
+        lengths,
         avgdl,
         weights,
         k,
         best: BinaryHeap::with_capacity(k + 1),
-        freq: vec![0.0; phrases],
+        freq: vec![0.0; idf.len()],
+        idf,
     })
 }
 
@@ -194,12 +284,13 @@ unsafe fn score_row(
     fts: *mut ffi::Fts5Context,
     args: &[*mut ffi::sqlite3_value],
 ) -> Result<f64, c_int> {
-    let (Some(get_aux), Some(set_aux), Some(phrase_first), Some(phrase_next), Some(column_size)) = (
+    let (Some(get_aux), Some(set_aux), Some(phrase_first), Some(phrase_next), Some(column_size), Some(rowid)) = (
         api.xGetAuxdata,
         api.xSetAuxdata,
         api.xPhraseFirst,
         api.xPhraseNext,
         api.xColumnSize,
+        api.xRowid,
     ) else {
         return Err(ffi::SQLITE_MISUSE);
     };
@@ -225,13 +316,20 @@ unsafe fn score_row(
         }
         state.freq[phrase] = f;
     }
-    // A row of length 0 scores highest: the bound for any length.
-    if state.threshold().is_some_and(|t| state.score(0.0) < t) {
-        return Ok(0.0);
-    }
-    let mut length = 0;
-    check(column_size(fts, -1, &mut length))?;
-    let score = state.score(length as f64);
+    let known = state.lengths.as_ref().and_then(|l| l.get(rowid(fts)));
+    let length = match known {
+        Some(length) => f64::from(length),
+        None => {
+            // A row of length 0 scores highest: the bound for any length.
+            if state.threshold().is_some_and(|t| state.score(0.0) < t) {
+                return Ok(0.0);
+            }
+            let mut length = 0;
+            check(column_size(fts, -1, &mut length))?;
+            f64::from(length)
+        }
+    };
+    let score = state.score(length);
     state.keep(score);
     Ok(score)
 }
@@ -258,9 +356,13 @@ unsafe extern "C" fn ken_bm25(
 mod tests {
     use super::*;
 
-    /// Rows of varied lengths and term frequencies over a small vocabulary, so
-    /// many rows tie on some terms and differ in length.
     fn table() -> Connection {
+        table_with(Default::default())
+    }
+
+    /// Rows of varied lengths and term frequencies over a small vocabulary, so
+    /// many rows tie on some terms and differ in length; `ken_bm25` reads `slot`.
+    fn table_with(slot: Arc<LengthSlot>) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE VIRTUAL TABLE t USING fts5(symbol, path, body, content = '', contentless_delete = 1);",
@@ -292,7 +394,7 @@ mod tests {
         }
         // Deleted rows must not count, as in bm25().
         conn.execute("DELETE FROM t WHERE rowid % 10 = 0", []).unwrap();
-        register(&conn).unwrap();
+        register(&conn, slot).unwrap();
         conn
     }
 
@@ -320,17 +422,114 @@ mod tests {
         for query in queries {
             for k in [1, 5, 50, 400] {
                 let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, k);
-                let ours = top(&conn, "ken_bm25(t, ?2, 6.0, 2.0, 1.0)", query, k);
+                let ours = top(&conn, "ken_bm25(t, ?2, NULL, 6.0, 2.0, 1.0)", query, k);
                 assert_eq!(ours.len(), k as usize, "{query} k={k}");
                 assert_eq!(ours, expected, "{query} k={k}");
             }
         }
     }
 
+    /// Each term's document frequency, as the blob `ken_bm25` takes.
+    fn frequencies_of(conn: &Connection, terms: &[&str]) -> Vec<u8> {
+        terms
+            .iter()
+            .flat_map(|t| {
+                conn.query_row("SELECT count(*) FROM t WHERE t MATCH ?1", [t], |r| r.get::<_, f64>(0))
+                    .unwrap()
+                    .to_le_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_top_k_with_the_frequencies_given_equals_fts5_bm25() {
+        let conn = table();
+        for terms in [
+            &["parse"][..],
+            &["render", "batch", "store"],
+            &["token", "read", "write", "session"],
+        ] {
+            let query = terms.join(" OR ");
+            let frequencies = frequencies_of(&conn, terms);
+            for k in [1i64, 5, 50, 400] {
+                let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", &query, k);
+                let mut stmt = conn
+                    .prepare(
+                        "SELECT rowid, ken_bm25(t, ?2, ?3, 6.0, 2.0, 1.0) AS s FROM t WHERE t MATCH ?1
+                         ORDER BY s, rowid LIMIT ?2",
+                    )
+                    .unwrap();
+                let ours = stmt
+                    .query_map(rusqlite::params![query, k, frequencies], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .collect::<rusqlite::Result<Vec<(i64, f64)>>>()
+                    .unwrap();
+                assert_eq!(ours, expected, "{query} k={k}");
+            }
+        }
+    }
+
+    /// The table's row lengths, read from FTS5's docsize table.
+    fn lengths_of(conn: &Connection) -> RowLengths {
+        let mut stmt = conn.prepare("SELECT id, sz FROM t_docsize ORDER BY id").unwrap();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, docsize_total(r.get_ref(1)?.as_blob()?)))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap();
+        RowLengths::new(rows).unwrap()
+    }
+
+    #[test]
+    fn with_the_row_lengths_given_every_row_scores_as_bm25_scores_it() {
+        let slot: Arc<LengthSlot> = Default::default();
+        let conn = table_with(slot.clone());
+        let query = "parse OR render OR session";
+        let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
+        *slot.lock().unwrap() = Some(Arc::new(lengths_of(&conn)));
+        let all = top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000);
+        assert_eq!(all, expected, "no row skipped, every score exact");
+        // The lengths are the ones read: others move the scores.
+        let halved = lengths_of(&conn).by_rowid.iter().map(|&l| l / 2).collect();
+        *slot.lock().unwrap() = Some(Arc::new(RowLengths { by_rowid: halved }));
+        assert_ne!(
+            top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000),
+            expected
+        );
+        *slot.lock().unwrap() = None;
+        assert_eq!(
+            top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20),
+            expected[..20]
+        );
+    }
+
+    #[test]
+    fn a_docsize_record_sums_its_varints() {
+        assert_eq!(docsize_total(&[]), Some(0));
+        assert_eq!(docsize_total(&[3, 0, 0x7f]), Some(130));
+        // 300 = 0b10_0101100: 0x82 0x2c.
+        assert_eq!(docsize_total(&[0x82, 0x2c, 1]), Some(301));
+        assert_eq!(docsize_total(&[0x82]), None, "cut short");
+        assert!(
+            RowLengths::new([(1, Some(4)), (3, Some(9))]).is_some_and(|l| l.get(3) == Some(9) && l.get(2).is_none())
+        );
+        assert!(
+            RowLengths::new([(1, Some(4)), (50_000_000, Some(9))]).is_none(),
+            "too sparse"
+        );
+    }
+
     #[test]
     fn rows_that_cannot_make_the_top_k_score_zero_after_every_real_score() {
         let conn = table();
-        let all = top(&conn, "ken_bm25(t, 20, 6.0, 2.0, 1.0)", "parse OR render", 100_000);
+        let all = top(
+            &conn,
+            "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)",
+            "parse OR render",
+            100_000,
+        );
         let real = all.iter().take_while(|(_, s)| *s < 0.0).count();
         assert!(real >= 20, "at least k rows carry their real score");
         assert!(real < all.len(), "some rows were skipped: {real} of {}", all.len());
@@ -342,17 +541,10 @@ mod tests {
         let conn = table();
         let query = "parse OR render OR session";
         let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
-        let hits = |term: &str| -> f64 {
-            conn.query_row("SELECT count(*) FROM t WHERE t MATCH ?1", [term], |r| r.get(0))
-                .unwrap()
-        };
-        let frequencies: Vec<u8> = ["parse", "render", "session"]
-            .iter()
-            .flat_map(|t| hits(t).to_le_bytes())
-            .collect();
+        let frequencies = frequencies_of(&conn, &["parse", "render", "session"]);
         let chosen: Vec<(i64, f64)> = expected.iter().skip(3).step_by(97).copied().collect();
         let mut stmt = conn
-            .prepare("SELECT ken_bm25(t, ?2, 6.0, 2.0, 1.0) FROM t WHERE t MATCH ?1 AND rowid = ?3")
+            .prepare("SELECT ken_bm25(t, 0, ?2, 6.0, 2.0, 1.0) FROM t WHERE t MATCH ?1 AND rowid = ?3")
             .unwrap();
         for (id, score) in &chosen {
             let ours: f64 = stmt

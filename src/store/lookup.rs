@@ -8,6 +8,7 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, OptionalExtension};
 
+use super::bm25::{docsize_total, RowLengths};
 use super::Store;
 
 /// Whether a path passes a search's path filter.
@@ -66,6 +67,15 @@ pub struct Bm25Ranking {
     pub weights: (f64, f64, f64),
 }
 
+/// `ken_bm25` reads the lengths given while this lives ([`Store::use_row_lengths`]).
+pub struct RowLengthsInUse<'a>(&'a Store);
+
+impl Drop for RowLengthsInUse<'_> {
+    fn drop(&mut self) {
+        *self.0.row_lengths.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 /// Reads see one state of the index while this lives ([`Store::read_snapshot`]).
 pub struct ReadSnapshot<'a>(#[allow(dead_code)] rusqlite::Transaction<'a>);
 
@@ -119,7 +129,35 @@ impl Store {
 
     /// Registers `ken_bm25` ([`super::bm25`]) on this connection.
     pub fn register_bm25(&self) -> Result<()> {
-        super::bm25::register(&self.conn)
+        super::bm25::register(&self.conn, self.row_lengths.clone())
+    }
+
+    /// Every chunk's length as `ken_bm25` reads it, exact for the lexical
+    /// generation of the snapshot it is read in. `None` when the rowids are
+    /// too sparse to keep.
+    pub fn row_lengths(&self) -> Result<Option<RowLengths>> {
+        // FTS5's own table: a varint per column for each row.
+        let mut stmt = self.conn.prepare("SELECT id, sz FROM chunks_fts_docsize ORDER BY id")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, docsize_total(r.get_ref(1)?.as_blob()?)))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(RowLengths::new(rows))
+    }
+
+    /// `ken_bm25` on this connection reads each row's length from `lengths`
+    /// until the returned guard drops (then from the index again). The
+    /// caller holds them to the generation of its snapshot.
+    pub fn use_row_lengths(&self, lengths: Option<std::sync::Arc<RowLengths>>) -> RowLengthsInUse<'_> {
+        *self.row_lengths.lock().unwrap_or_else(|e| e.into_inner()) = lengths;
+        RowLengthsInUse(self)
+    }
+
+    /// How many batches have changed the chunks: [`RowLengths`] read at one
+    /// generation hold for every snapshot of it.
+    pub fn lexical_generation(&self) -> Result<i64> {
+        super::lexical::lexical_generation(&self.conn)
     }
 
     /// A read transaction: every read until it drops sees one snapshot.
@@ -149,19 +187,32 @@ impl Store {
 
     /// The best `depth` chunks by BM25 for `fts_query` (an FTS5 MATCH
     /// expression), of any branch: FTS5 ranks alone, with no join per match.
-    pub fn lexical_ranked(&self, fts_query: &str, depth: usize, ranking: Bm25Ranking) -> Result<Vec<(i64, f64)>> {
+    /// `frequencies`: the phrases' document frequencies, as [`Store::bm25_of`]
+    /// takes them (`bm25()` counts them itself).
+    pub fn lexical_ranked(
+        &self,
+        fts_query: &str,
+        frequencies: &[u8],
+        depth: usize,
+        ranking: Bm25Ranking,
+    ) -> Result<Vec<(i64, f64)>> {
         let (ws, wp, wb) = ranking.weights;
         let rank = if ranking.stock {
             format!("bm25(chunks_fts, {ws}, {wp}, {wb})")
         } else {
-            format!("ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb})")
+            format!("ken_bm25(chunks_fts, ?2, ?3, {ws}, {wp}, {wb})")
         };
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT rowid, {rank} AS s FROM chunks_fts
              WHERE chunks_fts MATCH ?1 ORDER BY s LIMIT ?2"
         ))?;
+        let depth = depth as i64;
+        let mut args: Vec<&dyn rusqlite::ToSql> = vec![&fts_query, &depth];
+        if !ranking.stock {
+            args.push(&frequencies);
+        }
         let ranked = stmt
-            .query_map(params![fts_query, depth as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map(&*args, |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()
             .context("lexical search failed")?;
         Ok(ranked)
@@ -237,7 +288,7 @@ impl Store {
         // FTS5's plan, which would restart the match once per id).
         let list = ids.iter().map(|id| id.to_string()).collect::<Vec<_>>().join(",");
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT rowid, ken_bm25(chunks_fts, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
+            "SELECT rowid, ken_bm25(chunks_fts, 0, ?2, {ws}, {wp}, {wb}) FROM chunks_fts
              WHERE chunks_fts MATCH ?1 AND +rowid IN ({list})"
         ))?;
         let rows = stmt.query_map(params![fts_query, frequencies], |r| Ok((r.get(0)?, r.get(1)?)))?;

@@ -53,6 +53,7 @@ mod lock;
 pub mod lookup;
 pub mod meta;
 mod open;
+pub use open::{index_maps, populate_maps};
 pub mod pushed;
 mod rebuild;
 mod schema;
@@ -94,6 +95,8 @@ pub struct Store {
     /// The database; only `src/store/` reads it.
     conn: Connection,
     pub dir: PathBuf,
+    /// The row lengths `ken_bm25` reads on this connection, when set.
+    row_lengths: std::sync::Arc<bm25::LengthSlot>,
 }
 
 impl Store {
@@ -237,6 +240,64 @@ mod tests {
             // Pages come from the memory map, not a read call each.
             assert!(pragma("mmap_size") >= 1 << 30, "mmap_size {}", pragma("mmap_size"));
         }
+    }
+
+    /// Minor page faults this thread has taken.
+    #[cfg(target_os = "linux")]
+    fn thread_faults() -> i64 {
+        // SAFETY: getrusage writes the struct it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) }, 0);
+        usage.ru_minflt
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_populated_map_takes_no_fault_on_a_first_read() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let writer = Store::open_for_write(dir.path()).unwrap();
+            writer
+                .conn
+                .execute_batch(
+                    "CREATE TABLE filler (b BLOB);
+                     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 8000)
+                     INSERT INTO filler SELECT randomblob(3000) FROM n;",
+                )
+                .unwrap();
+            writer.checkpoint().unwrap();
+        }
+        let file = std::fs::metadata(dir.path().join(DB_FILE)).unwrap().len();
+        // SQLite maps the file on a connection's first read.
+        let mapped = || {
+            let store = Store::open_for_read(dir.path()).unwrap();
+            store
+                .conn
+                .query_row("SELECT count(*) FROM meta", [], |_| Ok(()))
+                .unwrap();
+            store
+        };
+        let faults_of_a_scan = |store: &Store| -> i64 {
+            let before = thread_faults();
+            let sql = "SELECT count(*) FROM filler WHERE substr(b, 3000, 1) IS NOT NULL";
+            let rows: i64 = store.conn.query_row(sql, [], |r| r.get(0)).unwrap();
+            assert_eq!(rows, 8000);
+            thread_faults() - before
+        };
+        let other = mapped();
+        let before = index_maps(dir.path());
+        assert_eq!(before.len(), 1, "{before:?}");
+        let own = mapped();
+        let new: Vec<_> = index_maps(dir.path())
+            .into_iter()
+            .filter(|m| !before.contains(m))
+            .collect();
+        assert_eq!(new.len(), 1, "one map a connection");
+        assert!(populate_maps(&new) as u64 >= file, "the whole file is mapped in");
+        let populated = faults_of_a_scan(&own);
+        let cold = faults_of_a_scan(&other);
+        assert!(cold >= 50, "a first scan of a fresh map faults: {cold}");
+        assert!(populated * 4 < cold, "{populated} faults populated against {cold}");
     }
 
     #[test]
