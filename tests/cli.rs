@@ -1504,6 +1504,61 @@ fn a_long_lived_searcher_ranks_as_a_new_one_after_the_index_changes() {
 }
 
 #[test]
+fn a_search_ranks_with_the_term_counts_of_its_index_never_older_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // `ledger` in a fifth of the chunks: a term whose count is stored, and matched.
+    for i in 0..100 {
+        write(
+            root,
+            &format!("books/entry_{i}.py"),
+            &format!("def post_{i}(ledger):\n    return ledger.append({i})\n"),
+        );
+    }
+    for i in 0..400 {
+        write(
+            root,
+            &format!("misc/util_{i}.py"),
+            &format!("def helper_{i}(value):\n    return value * {i}\n"),
+        );
+    }
+    write(
+        root,
+        "books/audit.py",
+        "def audit(ledger, auditor):\n    return auditor.check(ledger)\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let index = root.join(".ken/index.db");
+    let db = rusqlite::Connection::open(&index).unwrap();
+    let stored: Option<i64> = db
+        .query_row("SELECT df FROM common_terms WHERE term = 'ledger'", [], |r| r.get(0))
+        .optional()
+        .unwrap();
+    assert!(stored.is_some_and(|df| df >= 100), "{stored:?}");
+    let req = ken::search::SearchRequest {
+        mode: ken::search::SearchMode::Lexical,
+        ..ken::search::SearchRequest::new("audit the ledger")
+    };
+    // FTS5's own bm25() counts every term itself: the reference.
+    let ranked = |stock: bool| -> Vec<(String, f64)> {
+        let searcher = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+        searcher.rank_with_stock_bm25(stock);
+        let hits = searcher.search(&req).unwrap();
+        hits.iter().map(|h| (h.path.clone(), h.score)).collect()
+    };
+    assert!(ranked(false).len() >= 10);
+    assert_eq!(ranked(false), ranked(true));
+    // Counts the index has moved past (a watcher's small runs recount only
+    // after a 5% drift): the search counts the terms itself.
+    db.execute_batch(
+        "UPDATE common_terms SET df = df + 10 WHERE term = 'ledger';
+         UPDATE meta SET value = value + 1 WHERE key = 'lexical_generation';",
+    )
+    .unwrap();
+    assert_eq!(ranked(false), ranked(true));
+}
+
+#[test]
 fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

@@ -396,8 +396,9 @@ impl Searcher {
         fetch: usize,
     ) -> Result<Vec<(i64, f64)>> {
         let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-        // The frequencies the terms were chosen by: FTS5 would count them again.
-        let frequencies = frequency_blob(terms);
+        // The frequencies the terms were chosen by, when they are this
+        // snapshot's (else FTS5 counts them again, walking each term's list).
+        let frequencies = self.store.common_terms_current()?.then(|| frequency_blob(terms));
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
         // skips reading the length of rows that cannot make the top `depth`.
         let ranking = Bm25Ranking {
@@ -407,7 +408,9 @@ impl Searcher {
         let filter = self.chunk_filter(req);
         let mut depth = fetch;
         loop {
-            let ranked = self.store.lexical_ranked(&fts_query, &frequencies, depth, ranking)?;
+            let ranked = self
+                .store
+                .lexical_ranked(&fts_query, frequencies.as_deref(), depth, ranking)?;
             let exhausted = ranked.len() < depth;
             let visible = self.store.first_visible(&filter, &ranked, fetch)?;
             if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {

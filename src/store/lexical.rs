@@ -68,6 +68,16 @@ impl Store {
         Ok(at_generation != lexical_generation(&self.conn)? || counted_at != counted_chunks(&self.conn)?)
     }
 
+    /// Whether the stored frequencies are this snapshot's, from the metadata
+    /// alone: stored at the current lexical generation and chunk count (a
+    /// watcher's small runs leave them behind until the index drifts by 5%).
+    pub fn common_terms_current(&self) -> Result<bool> {
+        let at: Option<i64> = self.meta_parsed(MetaKey::CommonTermsGeneration)?;
+        let chunks_at: Option<i64> = self.common_terms_stored_at()?;
+        let chunks: Option<i64> = self.meta_parsed(MetaKey::ChunkCount)?;
+        Ok(at == Some(lexical_generation(&self.conn)?) && chunks_at.is_some() && chunks_at == chunks)
+    }
+
     /// The stored chunk count (`chunk_count`), if it disagrees with the
     /// chunks: (stored, counted).
     pub fn chunk_count_drift(&self) -> Result<Option<(Option<i64>, i64)>> {

@@ -188,11 +188,11 @@ impl Store {
     /// The best `depth` chunks by BM25 for `fts_query` (an FTS5 MATCH
     /// expression), of any branch: FTS5 ranks alone, with no join per match.
     /// `frequencies`: the phrases' document frequencies, as [`Store::bm25_of`]
-    /// takes them (`bm25()` counts them itself).
+    /// takes them (`None`, and `bm25()`: FTS5 counts them).
     pub fn lexical_ranked(
         &self,
         fts_query: &str,
-        frequencies: &[u8],
+        frequencies: Option<&[u8]>,
         depth: usize,
         ranking: Bm25Ranking,
     ) -> Result<Vec<(i64, f64)>> {
