@@ -39,32 +39,34 @@ const NAME: &CStr = c"ken_bm25";
 /// lexical generation, since every batch that adds or removes chunks moves
 /// the generation on.
 pub struct RowLengths {
+    /// The rowid of `by_offset[0]`.
+    first: i64,
     /// `u32::MAX`: no such row.
-    by_rowid: Vec<u32>,
+    by_offset: Vec<u32>,
 }
 
 impl RowLengths {
     /// `rows`: (rowid, length: [`docsize_total`]). `None` when a length is
-    /// unreadable or the rowids are too sparse for a table by rowid.
-    pub(super) fn new(rows: impl IntoIterator<Item = (i64, Option<u32>)>) -> Option<RowLengths> {
-        let mut by_rowid = Vec::new();
-        for (read, (rowid, length)) in rows.into_iter().enumerate() {
-            let rowid = usize::try_from(rowid).ok()?;
-            // Checked as rows come (in rowid order): the table stays within
-            // 4 entries a row and a million.
-            if rowid > 4 * (read + 1) + 1_000_000 {
-                return None;
-            }
-            if rowid >= by_rowid.len() {
-                by_rowid.resize(rowid + 1, u32::MAX);
-            }
-            by_rowid[rowid] = length?;
+    /// unreadable, or when the rowids are spread over more than 4 times as
+    /// many values as there are rows, and a million (an index much rewritten
+    /// in place: its searches then read each length from the index).
+    pub(super) fn new(rows: &[(i64, Option<u32>)]) -> Option<RowLengths> {
+        let first = rows.iter().map(|(rowid, _)| *rowid).min().unwrap_or(0);
+        let last = rows.iter().map(|(rowid, _)| *rowid).max().unwrap_or(0);
+        let span = usize::try_from(last.checked_sub(first)?).ok()?.checked_add(1)?;
+        if span > 4 * rows.len() + 1_000_000 {
+            return None;
         }
-        Some(RowLengths { by_rowid })
+        let mut by_offset = vec![u32::MAX; span];
+        for &(rowid, length) in rows {
+            by_offset[(rowid - first) as usize] = length?;
+        }
+        Some(RowLengths { first, by_offset })
     }
 
     fn get(&self, rowid: i64) -> Option<u32> {
-        let length = *self.by_rowid.get(usize::try_from(rowid).ok()?)?;
+        let offset = usize::try_from(rowid.checked_sub(self.first)?).ok()?;
+        let length = *self.by_offset.get(offset)?;
         (length != u32::MAX).then_some(length)
     }
 }
@@ -479,7 +481,7 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<Vec<_>>>()
             .unwrap();
-        RowLengths::new(rows).unwrap()
+        RowLengths::new(&rows).unwrap()
     }
 
     #[test]
@@ -492,8 +494,13 @@ mod tests {
         let all = top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000);
         assert_eq!(all, expected, "no row skipped, every score exact");
         // The lengths are the ones read: others move the scores.
-        let halved = lengths_of(&conn).by_rowid.iter().map(|&l| l / 2).collect();
-        *slot.lock().unwrap() = Some(Arc::new(RowLengths { by_rowid: halved }));
+        let lengths = lengths_of(&conn);
+        assert_eq!(lengths.first, 1);
+        let halved = [vec![u32::MAX], lengths.by_offset.iter().map(|&l| l / 2).collect()].concat();
+        *slot.lock().unwrap() = Some(Arc::new(RowLengths {
+            first: 0,
+            by_offset: halved,
+        }));
         assert_ne!(
             top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000),
             expected
@@ -512,13 +519,19 @@ mod tests {
         // 300 = 0b10_0101100: 0x82 0x2c.
         assert_eq!(docsize_total(&[0x82, 0x2c, 1]), Some(301));
         assert_eq!(docsize_total(&[0x82]), None, "cut short");
+        let kept = RowLengths::new(&[(1, Some(4)), (3, Some(9))]).unwrap();
+        assert_eq!((kept.get(3), kept.get(2), kept.get(0)), (Some(9), None, None));
         assert!(
-            RowLengths::new([(1, Some(4)), (3, Some(9))]).is_some_and(|l| l.get(3) == Some(9) && l.get(2).is_none())
-        );
-        assert!(
-            RowLengths::new([(1, Some(4)), (50_000_000, Some(9))]).is_none(),
+            RowLengths::new(&[(1, Some(4)), (50_000_000, Some(9))]).is_none(),
             "too sparse"
         );
+        // Rowids far from 0 (an index whose first chunks were rewritten) are kept.
+        let high = RowLengths::new(&[(40_000_000, Some(4)), (40_000_002, Some(9))]).unwrap();
+        assert_eq!(
+            (high.get(40_000_002), high.get(1), high.get(40_000_001)),
+            (Some(9), None, None)
+        );
+        assert!(RowLengths::new(&[(1, None)]).is_none(), "a length unread");
     }
 
     #[test]

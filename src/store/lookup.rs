@@ -143,7 +143,7 @@ impl Store {
                 Ok((r.get::<_, i64>(0)?, docsize_total(r.get_ref(1)?.as_blob()?)))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(RowLengths::new(rows))
+        Ok(RowLengths::new(&rows))
     }
 
     /// `ken_bm25` on this connection reads each row's length from `lengths`
