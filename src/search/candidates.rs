@@ -396,9 +396,7 @@ impl Searcher {
         fetch: usize,
     ) -> Result<Vec<(i64, f64)>> {
         let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-        // The frequencies the terms were chosen by, when they are this
-        // snapshot's (else FTS5 counts them again, walking each term's list).
-        let frequencies = self.store.common_terms_current()?.then(|| frequency_blob(terms));
+        let frequencies = frequencies_in(&self.store, terms)?;
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
         // skips reading the length of rows that cannot make the top `depth`.
         let ranking = Bm25Ranking {
@@ -588,13 +586,17 @@ fn bm25_of(store: &crate::store::Store, terms: &[(&String, f64)], ids: &[i64]) -
         return Ok(Vec::new());
     }
     let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
-    let scores = store.bm25_of(&fts_query, &frequency_blob(terms), ids, BM25_WEIGHTS)?;
+    let scores = store.bm25_of(&fts_query, frequencies_in(store, terms)?.as_deref(), ids, BM25_WEIGHTS)?;
     Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
 }
 
-/// The terms' document frequencies as `ken_bm25` takes them.
-fn frequency_blob(terms: &[(&String, f64)]) -> Vec<u8> {
-    terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect()
+/// The document frequencies the terms were chosen by, as `ken_bm25` takes
+/// them, when they are `store`'s snapshot's; `None` (FTS5 counts them again,
+/// walking each term's list) when the stored ones lag the index.
+fn frequencies_in(store: &crate::store::Store, terms: &[(&String, f64)]) -> Result<Option<Vec<u8>>> {
+    Ok(store
+        .common_terms_current()?
+        .then(|| terms.iter().flat_map(|(_, df)| df.to_le_bytes()).collect()))
 }
 
 /// Whether every candidate is read with its text: when common terms score

@@ -275,11 +275,12 @@ impl Store {
     }
 
     /// The `ken_bm25` score of each of `ids` that matches `fts_query`, given
-    /// the matched terms' document frequencies (`frequencies`: f64s, little-endian).
+    /// the matched terms' document frequencies (`frequencies`: f64s,
+    /// little-endian; `None`: FTS5 counts them).
     pub fn bm25_of(
         &self,
         fts_query: &str,
-        frequencies: &[u8],
+        frequencies: Option<&[u8]>,
         ids: &[i64],
         weights: (f64, f64, f64),
     ) -> Result<Vec<(i64, f64)>> {

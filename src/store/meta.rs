@@ -204,8 +204,10 @@ impl Store {
 
 /// The value of `key` on any connection (or transaction) of an index.
 pub(super) fn meta(conn: &Connection, key: &str) -> Result<Option<String>> {
+    // Cached: a search reads several keys (the chunk count, the generations).
     Ok(conn
-        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
         .optional()?)
 }
 
