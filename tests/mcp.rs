@@ -684,3 +684,75 @@ fn codebase_search_and_context_say_when_nothing_matches() {
     assert_eq!(context["level"], "low", "{context}");
     server.close();
 }
+
+/// `ken bench serve` measures real servers over stdio, beside the same
+/// questions in process, and leaves no server behind.
+#[test]
+fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("repo");
+    std::fs::create_dir_all(&root).unwrap();
+    sample_project(&root);
+    ken_ok(&root, &["index", "-q"]);
+    let questions = tmp.path().join("questions.txt");
+    std::fs::write(
+        &questions,
+        "check whether a token has expired\nwhere is the template rendered\nhow are settings loaded\n",
+    )
+    .unwrap();
+    let bin = ken_bin();
+    let out = ken(
+        &root,
+        &[
+            "bench",
+            "serve",
+            "--questions",
+            questions.to_str().unwrap(),
+            "--spawns",
+            "2",
+            "--pause-ms",
+            "0",
+            "--baseline-exe",
+            bin.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    assert_eq!(report["questions"], 3);
+    for run in [&report["this"], &report["baseline"]] {
+        let first = run["spawn_to_first_answer"]["p50_ms"].as_f64().unwrap();
+        let model = run["spawn_to_model_answer"]["p50_ms"].as_f64().unwrap();
+        assert!(first > 0.0 && model >= first, "{run}");
+        assert!(run["first_answers_lexical"].as_u64().unwrap() <= 2, "{run}");
+        assert!(run["questions"]["p50_ms"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(
+            run["rss_mb"].as_f64().unwrap() > 1.0,
+            "the server's memory is read: {run}"
+        );
+        assert!(run["server_cpu_ms_per_question"].as_f64().is_some(), "{run}");
+    }
+    let in_process = report["in_process"]["p50_ms"].as_f64().unwrap();
+    let server = report["this"]["questions"]["p50_ms"].as_f64().unwrap();
+    let ratio = report["ratios"]["server_over_in_process_p50"].as_f64().unwrap();
+    assert!((ratio - server / in_process).abs() < 1e-9, "{report}");
+    assert!(report["ratios"]["questions_p50_over_baseline"].as_f64().is_some());
+    // Every server it started has exited.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" serve ") && c.contains(root.to_str().unwrap()))
+        .collect();
+    assert!(left.is_empty(), "servers left running: {left:?}");
+    // A baseline that is not there is said before anything runs.
+    let missing = tmp.path().join("no-such-ken");
+    let out = ken(&root, &["bench", "serve", "--baseline-exe", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no-such-ken") && stderr.contains("no such file"),
+        "{stderr}"
+    );
+}

@@ -10,6 +10,7 @@ pub mod context;
 pub mod engine;
 pub mod first_run;
 pub mod graph;
+pub mod serve;
 pub mod watch;
 
 use std::fmt::Write;
@@ -200,6 +201,20 @@ fn sample_queries(searcher: &Searcher) -> Result<Vec<String>> {
         queries.push(words.join(" "));
     }
     Ok(queries)
+}
+
+/// The word queries [`sample_queries`] makes from the index's symbol names.
+pub(crate) fn sampled_word_queries(root: &std::path::Path, index_dir: &std::path::Path) -> Result<Vec<String>> {
+    let searcher = Searcher::open(root, index_dir)?;
+    let words: Vec<String> = sample_queries(&searcher)?
+        .into_iter()
+        .filter(|q| q.contains(' '))
+        .collect();
+    anyhow::ensure!(
+        !words.is_empty(),
+        "the index has too few named chunks to make queries of"
+    );
+    Ok(words)
 }
 
 fn bytecount_newlines(b: &[u8]) -> u64 {

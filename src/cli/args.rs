@@ -505,6 +505,29 @@ pub(super) enum BenchCommand {
         #[arg(long, default_value_t = 900)]
         adapter_timeout_secs: u64,
     },
+    /// A running MCP server's search latency on the existing index, as its
+    /// client sees it: spawn to the first answer and to the first that used
+    /// the model, then each question once; beside the same questions searched
+    /// in process, and another build's server (--baseline-exe), in the same run.
+    Serve {
+        /// The questions: one per line, or the `query` field of each line of a
+        /// `.jsonl` file (default: word queries made of the index's symbol names).
+        #[arg(long, value_name = "FILE")]
+        questions: Option<PathBuf>,
+        /// Cold starts measured per executable.
+        #[arg(long, default_value_t = 5)]
+        spawns: usize,
+        /// Results asked per search.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// The pause before each question, as an agent pauses between searches
+        /// (searches asked back to back find the caches and cores warm).
+        #[arg(long, default_value_t = 200)]
+        pause_ms: u64,
+        /// An older ken build to measure the same way, first.
+        #[arg(long, value_name = "PATH")]
+        baseline_exe: Option<PathBuf>,
+    },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {
         root: PathBuf,

@@ -72,6 +72,25 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
             query,
             adapter_timeout: std::time::Duration::from_secs(adapter_timeout_secs),
         })?),
+        BenchCommand::Serve {
+            questions,
+            spawns,
+            limit,
+            pause_ms,
+            baseline_exe,
+        } => {
+            let (root, index_dir) = at.read()?;
+            let questions = questions.map(|file| bench::read_questions(&file)).transpose()?;
+            print_json(&bench::serve::run(&bench::serve::ServeBenchOptions {
+                root,
+                index_dir,
+                questions,
+                spawns,
+                limit,
+                pause: std::time::Duration::from_millis(pause_ms),
+                baseline: baseline_exe,
+            })?)
+        }
         BenchCommand::Index {
             root,
             queries,

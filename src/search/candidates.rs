@@ -10,13 +10,13 @@ use globset::GlobMatcher;
 
 use crate::source::lexical::QueryTerms;
 use crate::store::lookup::{Bm25Ranking, ChunkFilter, PathPredicate};
-use crate::store::MetaKey;
+use crate::store::{MetaKey, Store};
 
 use super::definitions::{Defines, Member};
 use super::hit::SearchHit;
 use super::query::{Query, Wording};
 use super::semantic::{QueryVector, SemanticSide};
-use super::{PhaseClock, SearchMode, SearchRequest, Searcher};
+use super::{workers, PhaseClock, SearchMode, SearchRequest, Searcher};
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
@@ -171,23 +171,28 @@ impl Searcher {
         // Their BM25 on the second connection, on the other core, while
         // this one reads the candidates' rows.
         let reader = (!only_vector.is_empty()).then(|| self.reader()).flatten();
-        let (loaded, scores) = std::thread::scope(|scope| {
-            let job = reader.map(|reader| {
-                scope.spawn(|| {
-                    let store = reader.lock().unwrap_or_else(|e| e.into_inner());
-                    let _snapshot = store.read_snapshot()?;
-                    bm25_of(&store, &matched_terms, &only_vector)
-                })
-            });
+        let bm25_beside = |reader: &std::sync::Mutex<Store>| -> Result<Vec<(i64, f64)>> {
+            let store = reader.lock().unwrap_or_else(|e| e.into_inner());
+            let _snapshot = store.read_snapshot()?;
+            bm25_of(&store, &matched_terms, &only_vector)
+        };
+        let load = || {
             let loaded = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded);
             clock.phases.load = clock.lap();
-            // Without the second connection, or if it failed, on this one.
-            let scores = match job.map(|job| job.join()) {
-                Some(Ok(Ok(scores))) => Ok(scores),
-                _ => bm25_of(&self.store, &matched_terms, &only_vector),
-            };
-            (loaded, scores)
-        });
+            loaded
+        };
+        let (beside_scores, loaded) = match reader {
+            Some(reader) => {
+                let (scores, loaded) = workers::beside(|| bm25_beside(reader), load);
+                (scores.ok(), loaded)
+            }
+            None => (None, load()),
+        };
+        // Without the second connection, or if it failed, on this one.
+        let scores = match beside_scores {
+            Some(Ok(scores)) => Ok(scores),
+            _ => bm25_of(&self.store, &matched_terms, &only_vector),
+        };
         let (mut hits, chunk_vectors) = loaded?;
         for (id, score) in scores? {
             if let Some(c) = candidates.get_mut(&id) {
@@ -229,15 +234,8 @@ impl Searcher {
         // core while this one runs the lexical side (the model is the slower half).
         let prefetch = req.mode != SearchMode::Lexical && !deferred && query.wording.several_words();
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
-        std::thread::scope(|scope| {
-            let nearest = vector_fetch(req.mode, fetch);
-            let job = prefetch_side.map(|side| {
-                scope.spawn(move || {
-                    let vector = side.embed_query(query)?;
-                    let embeddings = nearest_embeddings(side, &vector.vector, nearest)?;
-                    Ok((vector, embeddings))
-                })
-            });
+        let nearest = vector_fetch(req.mode, fetch);
+        let lexical_and_rows = || {
             let lexical = self.lexical_side(query, req, fetch);
             // While the other core embeds the query, read the lexical
             // candidates' chunks and stored vectors (a failure here only
@@ -256,12 +254,30 @@ impl Searcher {
                 }
                 _ => HashMap::new(),
             };
-            let prefetched = job.map(|j| {
-                j.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")))
-            });
-            (lexical, prefetched, preloaded)
-        })
+            (lexical, preloaded)
+        };
+        match prefetch_side {
+            Some(side) => {
+                let embed = || -> Result<Prefetched> {
+                    let vector = side.embed_query(query)?;
+                    let embeddings = nearest_embeddings(side, &vector.vector, nearest)?;
+                    Ok((vector, embeddings))
+                };
+                // Semantic mode has no lexical side to run meanwhile: the
+                // embedding takes every core from here (rayon's global pool).
+                if req.mode == SearchMode::Semantic {
+                    let (lexical, preloaded) = lexical_and_rows();
+                    return (lexical, Some(embed()), preloaded);
+                }
+                let (prefetched, (lexical, preloaded)) = workers::beside(embed, lexical_and_rows);
+                let prefetched = prefetched.unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")));
+                (lexical, Some(prefetched), preloaded)
+            }
+            None => {
+                let (lexical, preloaded) = lexical_and_rows();
+                (lexical, None, preloaded)
+            }
+        }
     }
 
     /// Adds the vector side's candidates, the query's nearest chunks, with

@@ -20,6 +20,7 @@ pub mod kb;
 mod query;
 mod rerank;
 mod semantic;
+mod workers;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -412,15 +413,17 @@ impl Searcher {
     }
 
     /// Readies a long-lived searcher (a server's, before its first search):
-    /// reads every chunk's length now, opens the second connection, and maps
-    /// in the index's pages on this searcher's maps: those not in `before`
-    /// ([`index_maps`] before it was opened). Returns the bytes mapped in.
+    /// starts the search workers, reads every chunk's length now, opens the
+    /// second connection, and maps in the index's pages on this searcher's
+    /// maps: those not in `before` ([`index_maps`] before it was opened).
+    /// Returns the bytes mapped in.
     pub fn warm_up(&self, before: &[std::ops::Range<usize>]) -> Result<usize> {
         {
             let _snapshot = self.store.read_snapshot()?;
             self.searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(self.keep_row_lengths(true));
         }
+        workers::start();
         // SQLite maps the file on a connection's first read.
         if let Some(reader) = self.reader() {
             reader.lock().unwrap_or_else(|e| e.into_inner()).lexical_generation()?;

@@ -1,0 +1,400 @@
+//! `ken bench serve`: a running MCP server's search latency, as its client
+//! sees it, on an existing index.
+//!
+//! Each run starts `ken serve --no-service --no-watch` as a child and speaks
+//! MCP to it over stdio. Cold starts: the time from the spawn to the first
+//! `codebase_search` answer (hybrid asked; a server answers lexically while
+//! its model loads), and to the first answer that used the model. Then, on
+//! one server past its warm-up, each question once (new to it: a searcher
+//! remembers its recent query vectors), with the server's CPU, page faults
+//! and resident memory. The baseline, measured in the same run: the same
+//! questions searched in this process, and with `--baseline-exe` another
+//! build's server, measured first. The machines are shared and noisy, so the
+//! ratios are what compare.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::percentile;
+use crate::search::{SearchMode, SearchRequest, Searcher};
+
+/// How long one answer may take before the bench gives up on the server.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a cold server is asked again until its model answers.
+const MODEL_POLL: Duration = Duration::from_millis(20);
+
+pub struct ServeBenchOptions {
+    pub root: PathBuf,
+    pub index_dir: PathBuf,
+    /// The questions asked (default: word queries made of the index's symbol names).
+    pub questions: Option<Vec<String>>,
+    /// Cold starts measured per executable.
+    pub spawns: usize,
+    /// Results asked per search (`limit`).
+    pub limit: usize,
+    /// The pause before each question, as an agent pauses between searches.
+    pub pause: Duration,
+    /// Another ken executable measured the same way, first.
+    pub baseline: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ServeBench {
+    pub chunks: u64,
+    pub questions: usize,
+    pub limit: usize,
+    pub pause_ms: u64,
+    /// The same questions searched in this process (one searcher, the model
+    /// loaded, each question new to it).
+    pub in_process: Percentiles,
+    /// This process's CPU time per question, when the OS says.
+    pub in_process_cpu_ms_per_question: Option<f64>,
+    pub baseline: Option<ServerRun>,
+    pub this: ServerRun,
+    pub ratios: Ratios,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Percentiles {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// One executable's server, measured.
+#[derive(Debug, Serialize)]
+pub struct ServerRun {
+    pub exe: String,
+    /// Spawn to the first answer (initialize included), over the cold starts.
+    pub spawn_to_first_answer: Percentiles,
+    /// Cold starts whose first answer was lexical (the model still loading).
+    pub first_answers_lexical: usize,
+    /// Spawn to the first answer that used the model (the server warmed up).
+    pub spawn_to_model_answer: Percentiles,
+    /// Each question asked once of a warmed-up server: request written to
+    /// answer read.
+    pub questions: Percentiles,
+    /// The server's CPU time (all its threads) per question, when the OS says.
+    pub server_cpu_ms_per_question: Option<f64>,
+    /// The server's page faults per question, when the OS says.
+    pub page_faults_per_question: Option<f64>,
+    /// The server's resident memory after the questions, when the OS says.
+    pub rss_mb: Option<f64>,
+}
+
+/// Below 1: faster.
+#[derive(Debug, Serialize)]
+pub struct Ratios {
+    /// The server's question p50 over the in-process p50.
+    pub server_over_in_process_p50: f64,
+    /// This build's question p50 over the baseline build's.
+    pub questions_p50_over_baseline: Option<f64>,
+    pub spawn_to_first_answer_p50_over_baseline: Option<f64>,
+    pub spawn_to_model_answer_p50_over_baseline: Option<f64>,
+}
+
+pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
+    anyhow::ensure!(opts.spawns > 0, "--spawns must be at least 1");
+    if let Some(exe) = &opts.baseline {
+        anyhow::ensure!(exe.is_file(), "--baseline-exe {}: no such file", exe.display());
+    }
+    let questions = match &opts.questions {
+        Some(questions) => questions.clone(),
+        None => super::sampled_word_queries(&opts.root, &opts.index_dir)?,
+    };
+    anyhow::ensure!(!questions.is_empty(), "no questions to ask");
+    let (chunks, in_process, in_process_cpu_ms_per_question) = in_process(opts, &questions)?;
+    let baseline = match &opts.baseline {
+        Some(exe) => Some(measure_server(exe, opts, &questions)?),
+        None => None,
+    };
+    let this = measure_server(
+        &std::env::current_exe().context("the ken executable")?,
+        opts,
+        &questions,
+    )?;
+    let over = |of: fn(&ServerRun) -> f64| baseline.as_ref().map(|b| of(&this) / of(b));
+    let ratios = Ratios {
+        server_over_in_process_p50: this.questions.p50_ms / in_process.p50_ms,
+        questions_p50_over_baseline: over(|r| r.questions.p50_ms),
+        spawn_to_first_answer_p50_over_baseline: over(|r| r.spawn_to_first_answer.p50_ms),
+        spawn_to_model_answer_p50_over_baseline: over(|r| r.spawn_to_model_answer.p50_ms),
+    };
+    Ok(ServeBench {
+        chunks,
+        questions: questions.len(),
+        limit: opts.limit,
+        pause_ms: opts.pause.as_millis() as u64,
+        in_process,
+        in_process_cpu_ms_per_question,
+        baseline,
+        this,
+        ratios,
+    })
+}
+
+/// The questions searched in this process, as a server's searcher runs them.
+fn in_process(opts: &ServeBenchOptions, questions: &[String]) -> Result<(u64, Percentiles, Option<f64>)> {
+    let searcher = Searcher::open(&opts.root, &opts.index_dir)?;
+    searcher.load_model().map_err(anyhow::Error::msg)?;
+    let chunks = searcher.store().counted_chunks()? as u64;
+    let request = |query: &str| SearchRequest {
+        mode: SearchMode::Hybrid,
+        limit: opts.limit,
+        ..SearchRequest::new(query.to_string())
+    };
+    // The first search opens what a server's warm-up opens.
+    searcher.search(&request("warm up"))?;
+    let before = ProcessCounters::of(std::process::id());
+    let mut ms = Vec::with_capacity(questions.len());
+    for question in questions {
+        searcher.forget_query_vectors();
+        std::thread::sleep(opts.pause);
+        let started = Instant::now();
+        searcher.search(&request(question))?;
+        ms.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    if let Some(notice) = searcher.notice() {
+        bail!("the in-process search did not run as asked: {notice}");
+    }
+    let cpu_ms = ProcessCounters::of(std::process::id())
+        .zip(before)
+        .map(|(a, b)| (a.cpu_ms - b.cpu_ms) / questions.len() as f64);
+    Ok((chunks, percentiles(&mut ms), cpu_ms))
+}
+
+fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) -> Result<ServerRun> {
+    eprintln!("ken bench serve: {}", exe.display());
+    let mut first = Vec::new();
+    let mut model = Vec::new();
+    let mut first_answers_lexical = 0;
+    for _ in 0..opts.spawns {
+        let started = Instant::now();
+        let mut server = McpServer::start(exe, opts)?;
+        let lexical = server.search(&questions[0], opts.limit)?;
+        first.push(started.elapsed().as_secs_f64() * 1e3);
+        first_answers_lexical += usize::from(lexical);
+        server.until_model_answers(&questions[0], opts.limit)?;
+        model.push(started.elapsed().as_secs_f64() * 1e3);
+        server.close();
+    }
+    let mut server = McpServer::start(exe, opts)?;
+    server.until_model_answers("warm up", opts.limit)?;
+    let before = ProcessCounters::of(server.pid());
+    let mut ms = Vec::with_capacity(questions.len());
+    for question in questions {
+        std::thread::sleep(opts.pause);
+        let started = Instant::now();
+        if server.search(question, opts.limit)? {
+            bail!("the warmed-up server answered {question:?} lexically");
+        }
+        ms.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let after = ProcessCounters::of(server.pid());
+    server.close();
+    let per_question = |of: fn(&ProcessCounters) -> f64| {
+        let (b, a) = (before.as_ref()?, after.as_ref()?);
+        Some((of(a) - of(b)) / questions.len() as f64)
+    };
+    Ok(ServerRun {
+        exe: exe.display().to_string(),
+        spawn_to_first_answer: percentiles(&mut first),
+        first_answers_lexical,
+        spawn_to_model_answer: percentiles(&mut model),
+        questions: percentiles(&mut ms),
+        server_cpu_ms_per_question: per_question(|c| c.cpu_ms),
+        page_faults_per_question: per_question(|c| c.page_faults),
+        rss_mb: after.map(|c| c.rss_mb),
+    })
+}
+
+fn percentiles(ms: &mut [f64]) -> Percentiles {
+    Percentiles {
+        p50_ms: percentile(ms, 0.5),
+        p95_ms: percentile(ms, 0.95),
+    }
+}
+
+/// A `ken serve` child spoken to as an MCP client speaks: one JSON-RPC
+/// message per line. Written here rather than with rmcp's client so the
+/// measuring side adds no runtime of its own to what it measures.
+struct McpServer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// stdout's lines, read on a thread so a silent server times out.
+    lines: Receiver<String>,
+    next_id: u64,
+}
+
+impl McpServer {
+    fn start(exe: &Path, opts: &ServeBenchOptions) -> Result<McpServer> {
+        let mut child = Command::new(exe)
+            .arg("--root")
+            .arg(&opts.root)
+            .arg("--index-dir")
+            .arg(&opts.index_dir)
+            .args(["serve", "--no-service", "--no-watch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} serve", exe.display()))?;
+        let stdout = child.stdout.take().context("the server's stdout")?;
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = McpServer {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            next_id: 1,
+        };
+        server.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "ken-bench", "version": env!("CARGO_PKG_VERSION")}}),
+        )?;
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(server)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Asks `codebase_search` (hybrid); true when it answered lexically only.
+    fn search(&mut self, query: &str, limit: usize) -> Result<bool> {
+        let result = self.request(
+            "tools/call",
+            json!({"name": "codebase_search", "arguments": {"query": query, "limit": limit, "mode": "hybrid"}}),
+        )?;
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        if result["isError"] == json!(true) {
+            bail!("codebase_search failed: {text}");
+        }
+        let answer = match result.get("structuredContent") {
+            Some(answer) => answer.clone(),
+            None => serde_json::from_str(text).context("codebase_search's answer is not JSON")?,
+        };
+        Ok(answer["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("lexical results only")))
+    }
+
+    /// Asks `query` until an answer used the model.
+    fn until_model_answers(&mut self, query: &str, limit: usize) -> Result<()> {
+        let started = Instant::now();
+        while self.search(query, limit)? {
+            if started.elapsed() > ANSWER_TIMEOUT {
+                bail!(
+                    "the server answered lexically for {} s: is the index embedded?",
+                    ANSWER_TIMEOUT.as_secs()
+                );
+            }
+            std::thread::sleep(MODEL_POLL);
+        }
+        Ok(())
+    }
+
+    /// Sends a request and waits for its response's `result`.
+    fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let line = match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => bail!("no answer to {method} in {} s", ANSWER_TIMEOUT.as_secs()),
+                Err(RecvTimeoutError::Disconnected) => bail!("the server exited before answering {method}"),
+            };
+            let message: Value = serde_json::from_str(&line)
+                .with_context(|| format!("the server wrote a line that is not JSON: {line}"))?;
+            if message["id"] != json!(id) {
+                continue; // a notification, or an answer to another request
+            }
+            if let Some(error) = message.get("error") {
+                bail!("{method} failed: {error}");
+            }
+            return Ok(message["result"].clone());
+        }
+    }
+
+    fn send(&mut self, message: &Value) -> Result<()> {
+        let stdin = self.stdin.as_mut().context("the server's stdin is closed")?;
+        // One write per message, as a client writes a line.
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .context("writing to the server")
+    }
+
+    /// Closes stdin (the server's cue to exit) and waits for the exit.
+    fn close(mut self) {
+        self.stdin = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process's CPU time, page faults and resident memory (Linux's /proc).
+struct ProcessCounters {
+    cpu_ms: f64,
+    page_faults: f64,
+    rss_mb: f64,
+}
+
+impl ProcessCounters {
+    fn of(pid: u32) -> Option<ProcessCounters> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command's closing parenthesis, from the state (field 3).
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+        // SAFETY: sysconf reads a constant of the system.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss_kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        Some(ProcessCounters {
+            cpu_ms: (field(14)? + field(15)?) / ticks * 1e3,
+            page_faults: field(10)? + field(12)?,
+            rss_mb: rss_kb / 1024.0,
+        })
+    }
+}
