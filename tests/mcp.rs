@@ -756,3 +756,43 @@ fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
         "{stderr}"
     );
 }
+
+/// The threads a tool call runs on stay parked while an agent pauses: a
+/// new thread after every pause longer than tokio's default keep-alive
+/// (10 s) can start late on a busy machine.
+#[test]
+fn a_server_keeps_its_threads_across_an_agents_pause() {
+    ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    sample_project(root);
+    ken_ok(root, &["index", "-q"]);
+    let mut cmd = Command::new(ken_bin());
+    cmd.args(["--root", root.to_str().unwrap(), "serve", "--no-watch", "--no-service"]);
+    let mut server = RawServer::spawn(cmd);
+    let pid = server.child.id();
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    let search = |server: &mut RawServer, id: u64| {
+        let answer = server.call_and_wait(
+            id,
+            "codebase_search",
+            serde_json::json!({"query": "check whether a token has expired"}),
+        );
+        answer["result"]["structuredContent"]["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("still loading"))
+    };
+    // Past the model's load and the warm-up, whose threads end.
+    let mut id = 2;
+    while search(&mut server, id) {
+        id += 1;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    search(&mut server, id + 1);
+    let before = threads();
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    assert_eq!(threads(), before, "a thread ended during the pause");
+    assert!(!search(&mut server, id + 2));
+    server.close();
+}

@@ -258,6 +258,18 @@ functions with their code.",
     }
 }
 
+/// The runtime a server (or the shared service) answers on. Its blocking
+/// threads, where tool calls run, stay parked between calls however long an
+/// agent pauses: tokio's default ends them after 10 s idle, and a new
+/// thread can start late on a busy machine (docs/experiments.md, "A
+/// search's side jobs on parked workers").
+pub(super) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(std::time::Duration::from_secs(24 * 3600))
+        .build()
+}
+
 /// The server's log file, beside the index.
 pub fn log_path(index_dir: &Path) -> PathBuf {
     index_dir.join("ken.log")
@@ -341,7 +353,7 @@ pub fn serve(root: PathBuf, index_dir: PathBuf, opts: ServeOptions) -> anyhow::R
     server.watch = watcher.as_ref().map(|w| w.state());
     server.members = opts.workspace.map(Arc::new);
     server.load_model_in_background();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = runtime()?;
     let served = runtime.block_on(async move {
         let front = stdio::checked_stdio();
         let service = server

@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
 use super::rendezvous::{lock_file, try_lock, Rendezvous};
-use super::{jobs, stdio, KenServer, ServeOptions};
+use super::{jobs, runtime, stdio, KenServer, ServeOptions};
 
 /// How long a client has to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,7 +108,7 @@ pub fn run(
         sessions: AtomicUsize::new(0),
     }));
     base.load_model_in_background();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = runtime()?;
     runtime.block_on(async {
         listener.set_nonblocking(true)?;
         let listener = tokio::net::UnixListener::from_std(listener)?;
