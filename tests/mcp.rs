@@ -755,6 +755,28 @@ fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
         stderr.contains("no-such-ken") && stderr.contains("no such file"),
         "{stderr}"
     );
+    // A baseline that is no server: what it said on stderr is in the error.
+    let broken = tmp.path().join("broken-ken");
+    std::fs::write(&broken, "#!/bin/sh\necho 'this build cannot serve' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let args = [
+        "bench",
+        "serve",
+        "--questions",
+        questions.to_str().unwrap(),
+        "--spawns",
+        "1",
+    ];
+    let out = ken(
+        &root,
+        &[&args[..], &["--baseline-exe", broken.to_str().unwrap()]].concat(),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited before answering initialize") && stderr.contains("this build cannot serve"),
+        "{stderr}"
+    );
 }
 
 /// The threads a tool call runs on stay parked while an agent pauses: a

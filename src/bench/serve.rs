@@ -230,10 +230,16 @@ struct McpServer {
     /// stdout's lines, read on a thread so a silent server times out.
     lines: Receiver<String>,
     next_id: u64,
+    /// The server's stderr, whose end an error quotes when it exits early.
+    stderr: PathBuf,
 }
 
 impl McpServer {
     fn start(exe: &Path, opts: &ServeBenchOptions) -> Result<McpServer> {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let started = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stderr = std::env::temp_dir().join(format!("ken-bench-serve-{}-{started}.log", std::process::id()));
+        let log = std::fs::File::create(&stderr).with_context(|| format!("creating {}", stderr.display()))?;
         let mut child = Command::new(exe)
             .arg("--root")
             .arg(&opts.root)
@@ -242,7 +248,7 @@ impl McpServer {
             .args(["serve", "--no-service", "--no-watch"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .with_context(|| format!("starting {} serve", exe.display()))?;
         let stdout = child.stdout.take().context("the server's stdout")?;
@@ -259,6 +265,7 @@ impl McpServer {
             child,
             lines,
             next_id: 1,
+            stderr,
         };
         server.request(
             "initialize",
@@ -320,7 +327,9 @@ impl McpServer {
             {
                 Ok(line) => line,
                 Err(RecvTimeoutError::Timeout) => bail!("no answer to {method} in {} s", ANSWER_TIMEOUT.as_secs()),
-                Err(RecvTimeoutError::Disconnected) => bail!("the server exited before answering {method}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    bail!("the server exited before answering {method}{}", self.last_words())
+                }
             };
             let message: Value = serde_json::from_str(&line)
                 .with_context(|| format!("the server wrote a line that is not JSON: {line}"))?;
@@ -358,12 +367,25 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// The end of what the server wrote on stderr, as `: ...`, if anything.
+    fn last_words(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        match &lines[lines.len().saturating_sub(5)..] {
+            [] => String::new(),
+            last => format!(": {}", last.join(" / ")),
+        }
+    }
+}
+
 impl Drop for McpServer {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        let _ = std::fs::remove_file(&self.stderr);
     }
 }
 

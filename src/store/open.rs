@@ -320,12 +320,12 @@ pub fn index_maps(dir: &Path) -> Vec<std::ops::Range<usize>> {
     let (Ok(db), Ok(meta)) = (fs::canonicalize(&db), fs::metadata(&db)) else {
         return Vec::new();
     };
-    let Ok(maps) = fs::read_to_string("/proc/self/maps") else {
-        return Vec::new();
-    };
     if meta.len() > POPULATE_MAX_BYTES {
         return Vec::new();
     }
+    let Ok(maps) = fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
     maps.lines()
         .filter_map(|line| {
             // `start-end perms offset dev inode path`
