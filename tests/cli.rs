@@ -834,6 +834,48 @@ fn changelogs_and_config_files_rank_after_source_unless_asked_for() {
 }
 
 #[test]
+fn examples_tools_and_regression_suites_rank_after_source_unless_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "src/frames.c",
+        "/* Turns the frames of a sprite sheet into textures. */\nint load_all(struct sheet *s, int count, int flags)\n{\n\tint i;\n\tfor (i = 0; i < count; i++)\n\t\tload_frame(s, i, flags);\n\treturn count;\n}\n",
+    );
+    for i in 0..12 {
+        write(
+            root,
+            &format!("src/view_{i}.c"),
+            &format!("/* Draws page {i}. */\nint draw_{i}(void)\n{{\n\treturn render({i});\n}}\n"),
+        );
+    }
+    // An example, a tool and a tmux-style `regress/` suite say the words more
+    // often: without their factors each would outrank the source.
+    let said = |times: usize| "sprite sheet frames textures ".repeat(times);
+    write(
+        root,
+        "examples/sheet.c",
+        &format!("/* {} */\nint example_sheet(void)\n{{\n\treturn 0;\n}}\n", said(2)),
+    );
+    write(
+        root,
+        "tools/sheet.sh",
+        &format!("#!/bin/sh\n# {}\necho frames\n", said(3)),
+    );
+    write(root, "regress/sheet.sh", &format!("#!/bin/sh\n# {}\nexit 0\n", said(3)));
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search(root, "sprite sheet frames textures", 5);
+    assert_eq!(hits[0]["path"], "src/frames.c", "{hits:?}");
+    let hits = search(root, "example of sprite sheet frames textures", 5);
+    assert_eq!(hits[0]["path"], "examples/sheet.c", "{hits:?}");
+    let hits = search(root, "test of sprite sheet frames textures", 5);
+    assert_eq!(
+        hits[0]["path"], "src/frames.c",
+        "a test asked for is still softened: {hits:?}"
+    );
+}
+
+#[test]
 fn filters_by_path_language_and_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

@@ -89,6 +89,8 @@ pub(super) struct QueryIntent {
     pub docs: bool,
     pub config: bool,
     pub changelog: bool,
+    /// Says "example", "demo", "benchmark", "script" or "tool".
+    pub auxiliary: bool,
     /// A question of several words, not a name or a few keywords.
     pub question: bool,
 }
@@ -105,6 +107,11 @@ impl QueryIntent {
                     || ["toml", "yaml", "yml", "json", "ini"].contains(&t)
             }),
             changelog: any(&|t| t == "changelog" || t == "news" || t.starts_with("releas")),
+            auxiliary: any(&|t| {
+                ["exampl", "sampl", "demo", "bench", "script", "tool"]
+                    .iter()
+                    .any(|w| t.starts_with(w))
+            }),
             question: wording == Wording::Question,
         }
     }

@@ -1,12 +1,14 @@
 //! The rerank: the factors a hit's fused score is multiplied by, each with
 //! what it is for (definitions and exact names first, code the query quotes
-//! or names in words, tests, docs, prose and config files after source
-//! unless asked for).
+//! or names in words, tests, examples and tools, docs, prose and config
+//! files after source unless asked for).
 
 use std::collections::HashMap;
 
 use crate::source::lexical::{self, QueryTerms};
-use crate::source::paths::{is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path};
+use crate::source::paths::{
+    is_auxiliary_path, is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path,
+};
 
 use super::candidates::Candidate;
 use super::definitions::Defines;
@@ -27,6 +29,9 @@ const DOCS_FOLDER_FACTOR: f64 = 0.7;
 const PROSE_FACTOR: f64 = 0.35;
 const CONFIG_FACTOR: f64 = 0.5;
 const CHANGELOG_FACTOR: f64 = 0.3;
+/// Examples, demos, benchmarks and the project's tools say a question's
+/// words as often as the code that answers it (agent-public's pixijs).
+const AUXILIARY_FACTOR: f64 = 0.6;
 const MODULE_FACTOR: f64 = 0.8;
 /// A question of several words asks what code does, which a function
 /// answers: a type's fields and header share its words but rarely are the
@@ -136,6 +141,9 @@ fn rerank_factors(hit: &SearchHit, defines: Defines, intent: QueryIntent) -> Vec
         if is_docs_path(&hit.path) {
             factors.push(("docs folder", DOCS_FOLDER_FACTOR));
         }
+    }
+    if !intent.auxiliary && is_auxiliary_path(&hit.path) {
+        factors.push(("examples, tools or benchmarks", AUXILIARY_FACTOR));
     }
     if changelog && !intent.changelog {
         factors.push(("changelog", CHANGELOG_FACTOR));

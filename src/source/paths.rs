@@ -28,24 +28,48 @@ pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
         .compile_matcher())
 }
 
-/// A test file or a file in a test folder.
+/// A test file or a file in a test folder, by the conventions of the
+/// languages ken reads. The search's rerank and the change impact share it.
 pub fn is_test_path(path: &str) -> bool {
-    let p = path.to_ascii_lowercase();
-    p.split('/').any(|seg| {
-        seg == "test"
-            || seg == "tests"
-            || seg == "testing"
-            || seg == "__tests__"
-            || seg == "spec"
-            || seg.starts_with("test_")
-            || seg.ends_with("_test.go")
-            || seg.ends_with("_test.py")
-            || seg.contains(".test.")
-            || seg.contains(".spec.")
-            || seg.ends_with("test.java")
-            || seg.ends_with("tests.cs")
-            || seg == "conftest.py"
-    })
+    let mut segments = path.split('/');
+    let file = segments.next_back().unwrap_or_default();
+    segments.any(is_test_folder) || is_test_file_name(file)
+}
+
+/// Folders that hold tests (`tests/`, `__tests__/`, Go's `testdata/`, the
+/// `regress/` suites of C projects), or a test helper package (`test_utils/`).
+fn is_test_folder(folder: &str) -> bool {
+    const TEST_FOLDERS: &[&str] = &[
+        "test",
+        "tests",
+        "testing",
+        "__tests__",
+        "spec",
+        "specs",
+        "testdata",
+        "e2e",
+        "regress",
+    ];
+    let folder = folder.to_ascii_lowercase();
+    TEST_FOLDERS.contains(&folder.as_str()) || folder.starts_with("test_")
+}
+
+/// Test files by name: `test_x.py`, `x_test.go`, `x.test.ts`, `x.spec.js`,
+/// `conftest.py`, and JVM/.NET test classes (`ParserTest.java`, `UtilsTests.cs`;
+/// case matters there, or `Latest.java` would be a test).
+fn is_test_file_name(file: &str) -> bool {
+    let (stem, extension) = file.split_once('.').unwrap_or((file, ""));
+    let lower_stem = stem.to_ascii_lowercase();
+    let lower_file = file.to_ascii_lowercase();
+    lower_stem.starts_with("test_")
+        || lower_stem.ends_with("_test")
+        || lower_file.contains(".test.")
+        || lower_file.contains(".spec.")
+        || lower_file == "conftest.py"
+        || (matches!(extension, "java" | "kt" | "scala" | "cs" | "groovy")
+            && ["Test", "Tests", "IT", "Spec"]
+                .iter()
+                .any(|suffix| stem.len() > suffix.len() && stem.ends_with(suffix)))
 }
 
 /// Whether `path` lies in the project's documentation (`docs/`,
@@ -59,6 +83,34 @@ pub fn is_docs_path(path: &str) -> bool {
     !folders[docs_at + 1..]
         .iter()
         .any(|s| SOURCE_FOLDERS.contains(&s.to_ascii_lowercase().as_str()))
+}
+
+/// Whether `path` lies in a folder of examples, demos, benchmarks or the
+/// project's own tools and scripts, not in its source (`examples/assets/x.json`,
+/// `tools/gen.sh`; but `src/tools/x.rs` is source): the folder nearest the
+/// top that is either kind decides.
+pub fn is_auxiliary_path(path: &str) -> bool {
+    const AUXILIARY_FOLDERS: &[&str] = &[
+        "example",
+        "examples",
+        "sample",
+        "samples",
+        "demo",
+        "demos",
+        "bench",
+        "benches",
+        "benchmark",
+        "benchmarks",
+        "tools",
+        "scripts",
+        "script",
+    ];
+    let mut folders = path.split('/');
+    folders.next_back();
+    folders
+        .map(|folder| folder.to_ascii_lowercase())
+        .find(|folder| AUXILIARY_FOLDERS.contains(&folder.as_str()) || SOURCE_FOLDERS.contains(&folder.as_str()))
+        .is_some_and(|folder| AUXILIARY_FOLDERS.contains(&folder.as_str()))
 }
 
 /// Folders that hold a project's source: a `doc` folder below one is a module.
@@ -111,7 +163,38 @@ mod tests {
         assert!(is_test_path("pkg/server_test.go"));
         assert!(is_test_path("src/app.spec.ts"));
         assert!(is_test_path("src/testing/x.rs"));
+        assert!(is_test_path("regress/session-ops.sh"));
+        assert!(is_test_path("pkg/testdata/input.go"));
+        assert!(is_test_path("src/test/java/org/x/ParserTest.java"));
+        assert!(is_test_path("core/ParserTests.cs"));
+        assert!(is_test_path("src/parser_test.cc"));
+        assert!(is_test_path("c/test_grid.c"));
         assert!(!is_test_path("src/contest.rs"));
+        assert!(!is_test_path("src/main/java/org/x/Latest.java"));
+        assert!(!is_test_path("src/main/java/org/x/Test.java"));
+        assert!(!is_test_path("src/attest/verify.rs"));
+        assert!(!is_test_path("statsmodels/regression/linear_model.py"));
+    }
+
+    #[test]
+    fn examples_and_tools_are_auxiliary_unless_inside_a_source_folder() {
+        for auxiliary in [
+            "examples/assets/sheet.json",
+            "tools/gen.sh",
+            "benches/walk.rs",
+            "packages/ui/demo/app.ts",
+        ] {
+            assert!(is_auxiliary_path(auxiliary), "{auxiliary}");
+        }
+        for source in [
+            "src/tools/x.rs",
+            "crates/core/scripts.rs",
+            "lib/examples/loader.js",
+            "examples.py",
+            "main.go",
+        ] {
+            assert!(!is_auxiliary_path(source), "{source}");
+        }
     }
 
     #[test]

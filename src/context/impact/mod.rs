@@ -19,6 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::graph::query::{Direction, Graph, Symbol};
 use crate::source::extract::SymbolRow;
+use crate::source::paths::is_test_path;
 
 /// Which change to look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -550,26 +551,6 @@ fn is_public(row: &SymbolRow, head: &str, path: &str) -> bool {
         }
         _ => !row.name.starts_with('_'),
     }
-}
-
-/// Whether `path` is a test file by its language's conventions.
-pub fn is_test_path(path: &str) -> bool {
-    let p = path.to_ascii_lowercase();
-    let file = p.rsplit('/').next().unwrap_or(&p);
-    let stem = file.split('.').next().unwrap_or(file);
-    p.starts_with("tests/")
-        || p.starts_with("test/")
-        || p.contains("/tests/")
-        || p.contains("/test/")
-        || p.contains("__tests__/")
-        || p.contains("src/test/")
-        || (file.starts_with("test_") && file.ends_with(".py"))
-        || stem.ends_with("_test")
-        || file.contains(".test.")
-        || file.contains(".spec.")
-        || (stem.ends_with("test") && (file.ends_with(".java") || file.ends_with(".kt")) && stem != "test")
-        || (stem.ends_with("tests") && (file.ends_with(".java") || file.ends_with(".kt") || file.ends_with(".cs")))
-        || file == "conftest.py"
 }
 
 /// Whether a caller is a test: a test function (`test_*`, Go `Test*`, a
