@@ -7,9 +7,10 @@
 //! VM, a new thread often started a millisecond or more late while the
 //! searching thread kept its core busy, and the hybrid p50 of a server was
 //! 10.4-11.9 ms against 8.7 with parked workers (`docs/experiments.md`,
-//! "A search's side jobs on parked workers"). Why not rayon's global pool: an
-//! index run's embedding batches fill it, and a search's job would queue
-//! behind them.
+//! "A search's side jobs on parked workers"). For the same reason a worker is
+//! kept off the searching thread's core ([`placement`]). Why not rayon's
+//! global pool: an index run's embedding batches fill it, and a search's job
+//! would queue behind them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -26,6 +27,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
         rayon::ThreadPoolBuilder::new()
             .num_threads(cores.saturating_sub(1).max(1))
             .thread_name(|i| format!("ken-search-{i}"))
+            .start_handler(|_| placement::register_worker())
             .build()
             .map_err(|e| tracing::warn!("search workers: {e}; searches run on one thread"))
             .ok()
@@ -48,6 +50,7 @@ pub(super) fn beside<S: Send, M>(
         let main = main();
         return (catch_unwind(AssertUnwindSafe(side)), main);
     };
+    placement::keep_workers_off_this_core();
     let mut side_result = None;
     let main = pool.in_place_scope(|scope| {
         let slot = &mut side_result;
@@ -55,6 +58,70 @@ pub(super) fn beside<S: Send, M>(
         main()
     });
     (side_result.expect("a scope ends after its jobs"), main)
+}
+
+/// Where the workers may run. On a VM whose scheduler packs tasks onto few
+/// vCPUs, a worker woken after an agent's pause was often queued on the
+/// searching thread's own core, where the two took turns (a side job started
+/// 1-2 ms late and the search's own part ran slower). Each worker's
+/// affinity is kept to the process's cores but the searching thread's.
+#[cfg(target_os = "linux")]
+mod placement {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::{Mutex, OnceLock};
+
+    fn workers() -> &'static Mutex<Vec<libc::pid_t>> {
+        static WORKERS: OnceLock<Mutex<Vec<libc::pid_t>>> = OnceLock::new();
+        WORKERS.get_or_init(Mutex::default)
+    }
+
+    /// The cores the process may use, read once (a `taskset` or cgroup
+    /// limit stays in force).
+    pub(super) fn allowed() -> Option<libc::cpu_set_t> {
+        static ALLOWED: OnceLock<Option<libc::cpu_set_t>> = OnceLock::new();
+        *ALLOWED.get_or_init(|| {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; the call writes at most its size.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            let read = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+            (read == 0).then_some(set)
+        })
+    }
+
+    /// Called on each worker as it starts.
+    pub(super) fn register_worker() {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        workers().lock().unwrap_or_else(|e| e.into_inner()).push(tid);
+    }
+
+    /// Moves the workers off the calling thread's core, unless they were
+    /// moved off it for the search before (one syscall per worker, only
+    /// when the searching thread changed cores).
+    pub(super) fn keep_workers_off_this_core() {
+        static KEPT_OFF: AtomicI32 = AtomicI32::new(-1);
+        // SAFETY: sched_getcpu has no preconditions.
+        let here = unsafe { libc::sched_getcpu() };
+        let Some(mut set) = allowed() else { return };
+        if here < 0 || KEPT_OFF.swap(here, Ordering::Relaxed) == here {
+            return;
+        }
+        // SAFETY: `here` is a CPU number the kernel gave; the set is a valid cpu_set_t.
+        unsafe { libc::CPU_CLR(here as usize, &mut set) };
+        if unsafe { libc::CPU_COUNT(&set) } == 0 {
+            return;
+        }
+        for &tid in workers().lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // SAFETY: `set` is a valid cpu_set_t of the size given; a worker
+            // that has exited makes the call fail, which changes nothing.
+            unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod placement {
+    pub(super) fn register_worker() {}
+    pub(super) fn keep_workers_off_this_core() {}
 }
 
 #[cfg(test)]
@@ -73,5 +140,34 @@ mod tests {
         // The worker survives its job's panic.
         let (side, _) = beside(|| 1 + 1, || ());
         assert_eq!(side.expect("the worker still runs jobs"), 2);
+    }
+
+    /// The worker is kept off the searching thread's core (checked where the
+    /// process may use two cores or more). Other tests' searches share the
+    /// workers and may move them between our placement and the job, so one
+    /// try in ten must see it; without the placement none does.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_worker_is_kept_off_the_searching_threads_core() {
+        let Some(allowed) = placement::allowed() else { return };
+        if unsafe { libc::CPU_COUNT(&allowed) } < 2 {
+            return;
+        }
+        let kept_off = (0..10).filter(|_| {
+            let (side_mask, here) = beside(
+                || {
+                    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                    unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+                    set
+                },
+                || unsafe { libc::sched_getcpu() },
+            );
+            let side_mask = side_mask.expect("the side job ran");
+            here >= 0 && !unsafe { libc::CPU_ISSET(here as usize, &side_mask) }
+        });
+        assert!(
+            kept_off.count() > 0,
+            "a worker may still run on the searching thread's core"
+        );
     }
 }
