@@ -37,7 +37,9 @@ pub fn is_test_path(path: &str) -> bool {
 }
 
 /// Folders that hold tests (`tests/`, `__tests__/`, Go's `testdata/`, the
-/// `regress/` suites of C projects), or a test helper package (`test_utils/`).
+/// `regress/` suites of C projects), a test helper package (`test_utils/`),
+/// Gradle's test source sets (`src/integrationTest/`, `src/androidTest/`) and
+/// .NET test projects (`Core.Tests/`, `Core.UnitTests/`).
 fn is_test_folder(folder: &str) -> bool {
     const TEST_FOLDERS: &[&str] = &[
         "test",
@@ -50,8 +52,16 @@ fn is_test_folder(folder: &str) -> bool {
         "e2e",
         "regress",
     ];
-    let folder = folder.to_ascii_lowercase();
-    TEST_FOLDERS.contains(&folder.as_str()) || folder.starts_with("test_")
+    let camel_source_set = ["Test", "Tests"].iter().any(|suffix| {
+        folder
+            .strip_suffix(suffix)
+            .is_some_and(|head| head.ends_with(|c: char| c.is_ascii_lowercase()))
+    });
+    let lower = folder.to_ascii_lowercase();
+    TEST_FOLDERS.contains(&lower.as_str())
+        || lower.starts_with("test_")
+        || camel_source_set
+        || (lower.contains('.') && (lower.ends_with("tests") || lower.ends_with(".test")))
 }
 
 /// Test files by name: `test_x.py`, `x_test.go`, `x.test.ts`, `x.spec.js`,
@@ -169,6 +179,13 @@ mod tests {
         assert!(is_test_path("core/ParserTests.cs"));
         assert!(is_test_path("src/parser_test.cc"));
         assert!(is_test_path("c/test_grid.c"));
+        assert!(is_test_path("app/src/androidTest/java/x/Main.kt"));
+        assert!(is_test_path("src/integrationTest/kotlin/Api.kt"));
+        assert!(is_test_path("Core.UnitTests/Parser.cs"));
+        assert!(is_test_path("Core.Tests/Parser.cs"));
+        assert!(!is_test_path("src/Contest/Rules.cs"));
+        assert!(!is_test_path("src/latest/x.ts"));
+        assert!(!is_test_path("System.Net.Http/Client.cs"));
         assert!(!is_test_path("src/contest.rs"));
         assert!(!is_test_path("src/main/java/org/x/Latest.java"));
         assert!(!is_test_path("src/main/java/org/x/Test.java"));
