@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
@@ -685,40 +686,62 @@ fn codebase_search_and_context_say_when_nothing_matches() {
     server.close();
 }
 
-/// `ken bench serve` measures real servers over stdio, beside the same
-/// questions in process, and leaves no server behind.
-#[test]
-fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
+/// The sample project under `dir/repo`, indexed with the built-in model, and
+/// a file of three questions about it.
+fn embedded_sample_with_questions(dir: &Path) -> (PathBuf, PathBuf) {
     ken::embed::model::fetch(&ken::embed::model::MINILM).expect("the built-in model (run `ken model fetch`)");
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("repo");
+    let root = dir.join("repo");
     std::fs::create_dir_all(&root).unwrap();
     sample_project(&root);
     ken_ok(&root, &["index", "-q"]);
-    let questions = tmp.path().join("questions.txt");
+    let questions = dir.join("questions.txt");
     std::fs::write(
         &questions,
         "check whether a token has expired\nwhere is the template rendered\nhow are settings loaded\n",
     )
     .unwrap();
-    let bin = ken_bin();
-    let out = ken(
-        &root,
-        &[
-            "bench",
-            "serve",
-            "--questions",
-            questions.to_str().unwrap(),
-            "--spawns",
-            "2",
-            "--pause-ms",
-            "0",
-            "--baseline-exe",
-            bin.to_str().unwrap(),
-        ],
-    );
+    (root, questions)
+}
+
+/// `ken bench serve` of two cold starts, the questions asked back to back,
+/// with `extra` arguments: its report.
+fn bench_serve(root: &Path, questions: &Path, extra: &[&str]) -> serde_json::Value {
+    let questions = questions.to_str().unwrap();
+    let args = [
+        "bench",
+        "serve",
+        "--questions",
+        questions,
+        "--spawns",
+        "2",
+        "--pause-ms",
+        "0",
+    ];
+    let out = ken(root, &[&args[..], extra].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the report is JSON");
+    serde_json::from_slice(&out.stdout).expect("the report is JSON")
+}
+
+/// The command lines of the `ken serve` processes (sessions and services)
+/// running for `root`.
+fn servers_serving(root: &Path) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" serve ") && c.contains(root.to_str().unwrap()))
+        .collect()
+}
+
+/// `ken bench serve` measures real servers over stdio, beside the same
+/// questions in process, and leaves no server behind.
+#[test]
+fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, questions) = embedded_sample_with_questions(tmp.path());
+    let bin = ken_bin();
+    let report = bench_serve(&root, &questions, &["--baseline-exe", bin.to_str().unwrap()]);
     assert_eq!(report["questions"], 3);
     for run in [&report["this"], &report["baseline"]] {
         let first = run["spawn_to_first_answer"]["p50_ms"].as_f64().unwrap();
@@ -738,13 +761,7 @@ fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
     assert!((ratio - server / in_process).abs() < 1e-9, "{report}");
     assert!(report["ratios"]["questions_p50_over_baseline"].as_f64().is_some());
     // Every server it started has exited.
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(" serve ") && c.contains(root.to_str().unwrap()))
-        .collect();
+    let left = servers_serving(&root);
     assert!(left.is_empty(), "servers left running: {left:?}");
     // A baseline that is not there is said before anything runs.
     let missing = tmp.path().join("no-such-ken");
@@ -777,6 +794,26 @@ fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
         stderr.contains("exited before answering initialize") && stderr.contains("this build cannot serve"),
         "{stderr}"
     );
+}
+
+/// `ken bench serve --via-service` measures the default path: sessions
+/// attach to a warm shared service, whose own counters are read, and the
+/// service is gone when the bench ends.
+#[test]
+fn bench_serve_via_service_attaches_to_a_warm_shared_service_and_leaves_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, questions) = embedded_sample_with_questions(tmp.path());
+    let report = bench_serve(&root, &questions, &["--via-service"]);
+    assert_eq!(report["via_service"], true);
+    let run = &report["this"];
+    // Each measured session attached to a service whose model was loaded.
+    assert_eq!(run["first_answers_lexical"], 0, "{run}");
+    assert!(run["questions"]["p50_ms"].as_f64().unwrap() > 0.0, "{run}");
+    // The counters are the service's: it holds the index and the model.
+    assert!(run["server_cpu_ms_per_question"].as_f64().is_some(), "{run}");
+    assert!(run["rss_mb"].as_f64().unwrap() > 50.0, "{run}");
+    let left = servers_serving(&root);
+    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 /// The threads a tool call runs on stay parked while an agent pauses: a

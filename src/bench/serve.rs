@@ -11,6 +11,12 @@
 //! questions searched in this process, and with `--baseline-exe` another
 //! build's server, measured first. The machines are shared and noisy, so the
 //! ratios are what compare.
+//!
+//! With `--via-service`, each `ken serve --no-watch` attaches to the
+//! repository's shared service, as a client's server does by default: one
+//! session held open starts the service and keeps it warm, so the cold starts
+//! measure a new session attaching to it, and the counters are the service's
+//! (where the searches run). The service is left to close (idle 1 s) at the end.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -43,6 +49,8 @@ pub struct ServeBenchOptions {
     pub pause: Duration,
     /// Another ken executable measured the same way, first.
     pub baseline: Option<PathBuf>,
+    /// Through the repository's shared service, not `--no-service`.
+    pub via_service: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -51,6 +59,8 @@ pub struct ServeBench {
     pub questions: usize,
     pub limit: usize,
     pub pause_ms: u64,
+    /// Measured through the shared service (`--via-service`).
+    pub via_service: bool,
     /// The same questions searched in this process (one searcher, the model
     /// loaded, each question new to it).
     pub in_process: Percentiles,
@@ -80,7 +90,8 @@ pub struct ServerRun {
     /// Each question asked once of a warmed-up server: request written to
     /// answer read.
     pub questions: Percentiles,
-    /// The server's CPU time (all its threads) per question, when the OS says.
+    /// The server's CPU time (all its threads; the service's with
+    /// `--via-service`) per question, when the OS says.
     pub server_cpu_ms_per_question: Option<f64>,
     /// The server's page faults per question, when the OS says.
     pub page_faults_per_question: Option<f64>,
@@ -101,6 +112,12 @@ pub struct Ratios {
 
 pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
     anyhow::ensure!(opts.spawns > 0, "--spawns must be at least 1");
+    // A server that exits early is an error to report, not this process's
+    // death by SIGPIPE (`ken` dies quietly on a closed pipe otherwise).
+    // SAFETY: ignoring a signal has no memory preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     if let Some(exe) = &opts.baseline {
         anyhow::ensure!(exe.is_file(), "--baseline-exe {}: no such file", exe.display());
     }
@@ -131,6 +148,7 @@ pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
         questions: questions.len(),
         limit: opts.limit,
         pause_ms: opts.pause.as_millis() as u64,
+        via_service: opts.via_service,
         in_process,
         in_process_cpu_ms_per_question,
         baseline,
@@ -174,6 +192,15 @@ fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) ->
     let mut first = Vec::new();
     let mut model = Vec::new();
     let mut first_answers_lexical = 0;
+    // The session that starts the shared service and keeps it warm.
+    let holder = match opts.via_service {
+        true => {
+            let mut holder = McpServer::start(exe, opts)?;
+            holder.until_model_answers("warm up", opts.limit)?;
+            Some(holder)
+        }
+        false => None,
+    };
     for _ in 0..opts.spawns {
         let started = Instant::now();
         let mut server = McpServer::start(exe, opts)?;
@@ -186,7 +213,11 @@ fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) ->
     }
     let mut server = McpServer::start(exe, opts)?;
     server.until_model_answers("warm up", opts.limit)?;
-    let before = ProcessCounters::of(server.pid());
+    let counted = match opts.via_service {
+        true => shared_service(exe, opts).context("the shared service's process was not found")?,
+        false => server.pid(),
+    };
+    let before = ProcessCounters::of(counted);
     let mut ms = Vec::with_capacity(questions.len());
     for question in questions {
         std::thread::sleep(opts.pause);
@@ -196,8 +227,12 @@ fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) ->
         }
         ms.push(started.elapsed().as_secs_f64() * 1e3);
     }
-    let after = ProcessCounters::of(server.pid());
+    let after = ProcessCounters::of(counted);
     server.close();
+    if let Some(holder) = holder {
+        holder.close();
+        until_exited(counted);
+    }
     let per_question = |of: fn(&ProcessCounters) -> f64| {
         let (b, a) = (before.as_ref()?, after.as_ref()?);
         Some((of(a) - of(b)) / questions.len() as f64)
@@ -212,6 +247,42 @@ fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) ->
         page_faults_per_question: per_question(|c| c.page_faults),
         rss_mb: after.map(|c| c.rss_mb),
     })
+}
+
+/// The pid of the shared service `exe` runs for this index: a process of
+/// that executable whose arguments are `serve --service KEY` with this index
+/// folder (Linux's /proc).
+fn shared_service(exe: &Path, opts: &ServeBenchOptions) -> Option<u32> {
+    let exe = exe.canonicalize().ok()?;
+    let index_dir = opts.index_dir.canonicalize().unwrap_or_else(|_| opts.index_dir.clone());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let serves = args.windows(2).any(|w| w == [&b"serve"[..], &b"--service"[..]]);
+        let same_index = args.windows(2).any(|w| {
+            w[0] == b"--index-dir"
+                && Path::new(std::str::from_utf8(w[1]).unwrap_or_default())
+                    .canonicalize()
+                    .is_ok_and(|dir| dir == index_dir)
+        });
+        let same_exe = std::fs::read_link(entry.path().join("exe")).is_ok_and(|e| e == exe);
+        (serves && same_index && same_exe).then_some(pid)
+    })
+}
+
+/// Waits for a shared service to close after its last session (it idles
+/// 1 s), and ends it if it has not within 10 s.
+fn until_exited(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > deadline {
+            // SAFETY: kill has no memory preconditions; the pid is the service's.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn percentiles(ms: &mut [f64]) -> Percentiles {
@@ -245,7 +316,12 @@ impl McpServer {
             .arg(&opts.root)
             .arg("--index-dir")
             .arg(&opts.index_dir)
-            .args(["serve", "--no-service", "--no-watch"])
+            .args(match opts.via_service {
+                true => &["serve", "--no-watch"][..],
+                false => &["serve", "--no-service", "--no-watch"][..],
+            })
+            // A shared service closes 1 s after its last session.
+            .env("KEN_SERVICE_IDLE_SECS", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -318,7 +394,12 @@ impl McpServer {
     fn request(&mut self, method: &str, params: Value) -> Result<Value> {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        if self
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .is_err()
+        {
+            bail!("the server exited before answering {method}{}", self.last_words());
+        }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
             let line = match self

@@ -527,6 +527,11 @@ pub(super) enum BenchCommand {
         /// An older ken build to measure the same way, first.
         #[arg(long, value_name = "PATH")]
         baseline_exe: Option<PathBuf>,
+        /// Measure the default path: each `ken serve` attaches to the
+        /// repository's shared service (started and kept warm by one session
+        /// held open), whose process the CPU, faults and memory are read from.
+        #[arg(long)]
+        via_service: bool,
     },
     /// Cold index, no-change re-index and query latency on ROOT (the index goes to a temporary folder).
     Index {

@@ -78,6 +78,7 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
             limit,
             pause_ms,
             baseline_exe,
+            via_service,
         } => {
             let (root, index_dir) = at.read()?;
             let questions = questions.map(|file| bench::read_questions(&file)).transpose()?;
@@ -89,6 +90,7 @@ pub(super) fn bench(at: &Place, what: BenchCommand) -> Result<i32> {
                 limit,
                 pause: std::time::Duration::from_millis(pause_ms),
                 baseline: baseline_exe,
+                via_service,
             })?)
         }
         BenchCommand::Index {
