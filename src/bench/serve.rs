@@ -446,9 +446,7 @@ impl McpServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
 
-impl McpServer {
     /// The end of what the server wrote on stderr, as `: ...`, if anything.
     fn last_words(&self) -> String {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();

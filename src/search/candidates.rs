@@ -265,11 +265,12 @@ impl Searcher {
                 };
                 // Semantic mode has no lexical side to run meanwhile: the
                 // embedding takes every core from here (rayon's global pool).
-                if req.mode == SearchMode::Semantic {
-                    let (lexical, preloaded) = lexical_and_rows();
-                    return (lexical, Some(embed()), preloaded);
-                }
-                let (prefetched, (lexical, preloaded)) = workers::beside(embed, lexical_and_rows);
+                let (prefetched, (lexical, preloaded)) = if req.mode == SearchMode::Semantic {
+                    let rows = lexical_and_rows();
+                    (std::panic::catch_unwind(std::panic::AssertUnwindSafe(embed)), rows)
+                } else {
+                    workers::beside(embed, lexical_and_rows)
+                };
                 let prefetched = prefetched.unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")));
                 (lexical, Some(prefetched), preloaded)
             }

@@ -67,12 +67,27 @@ pub(super) fn beside<S: Send, M>(
 /// affinity is kept to the process's cores but the searching thread's.
 #[cfg(target_os = "linux")]
 mod placement {
-    use std::sync::atomic::{AtomicI32, Ordering};
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::{Mutex, MutexGuard, OnceLock};
 
-    fn workers() -> &'static Mutex<Vec<libc::pid_t>> {
-        static WORKERS: OnceLock<Mutex<Vec<libc::pid_t>>> = OnceLock::new();
-        WORKERS.get_or_init(Mutex::default)
+    /// The workers' thread ids, and the core they were last kept off (-1:
+    /// none yet). One lock for both, so concurrent searches cannot leave the
+    /// workers placed otherwise than the record says.
+    struct Placed {
+        workers: Vec<libc::pid_t>,
+        kept_off: libc::c_int,
+    }
+
+    fn placed() -> MutexGuard<'static, Placed> {
+        static PLACED: OnceLock<Mutex<Placed>> = OnceLock::new();
+        PLACED
+            .get_or_init(|| {
+                Mutex::new(Placed {
+                    workers: Vec::new(),
+                    kept_off: -1,
+                })
+            })
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The cores the process may use, read once (a `taskset` or cgroup
@@ -91,26 +106,27 @@ mod placement {
     pub(super) fn register_worker() {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        workers().lock().unwrap_or_else(|e| e.into_inner()).push(tid);
+        placed().workers.push(tid);
     }
 
     /// Moves the workers off the calling thread's core, unless they were
     /// moved off it for the search before (one syscall per worker, only
     /// when the searching thread changed cores).
     pub(super) fn keep_workers_off_this_core() {
-        static KEPT_OFF: AtomicI32 = AtomicI32::new(-1);
         // SAFETY: sched_getcpu has no preconditions.
         let here = unsafe { libc::sched_getcpu() };
         let Some(mut set) = allowed() else { return };
-        if here < 0 || KEPT_OFF.swap(here, Ordering::Relaxed) == here {
+        let mut placed = placed();
+        if here < 0 || placed.kept_off == here {
             return;
         }
+        placed.kept_off = here;
         // SAFETY: `here` is a CPU number the kernel gave; the set is a valid cpu_set_t.
         unsafe { libc::CPU_CLR(here as usize, &mut set) };
         if unsafe { libc::CPU_COUNT(&set) } == 0 {
             return;
         }
-        for &tid in workers().lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for &tid in &placed.workers {
             // SAFETY: `set` is a valid cpu_set_t of the size given; a worker
             // that has exited makes the call fail, which changes nothing.
             unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
@@ -144,8 +160,8 @@ mod tests {
 
     /// The worker is kept off the searching thread's core (checked where the
     /// process may use two cores or more). Other tests' searches share the
-    /// workers and may move them between our placement and the job, so one
-    /// try in ten must see it; without the placement none does.
+    /// workers and move them while they run, so the check is tried until
+    /// those are done (up to 3 s); without the placement no try sees it.
     #[cfg(target_os = "linux")]
     #[test]
     fn the_worker_is_kept_off_the_searching_threads_core() {
@@ -153,20 +169,22 @@ mod tests {
         if unsafe { libc::CPU_COUNT(&allowed) } < 2 {
             return;
         }
-        let kept_off = (0..10).filter(|_| {
-            let (side_mask, here) = beside(
-                || {
-                    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                    unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-                    set
-                },
-                || unsafe { libc::sched_getcpu() },
-            );
-            let side_mask = side_mask.expect("the side job ran");
-            here >= 0 && !unsafe { libc::CPU_ISSET(here as usize, &side_mask) }
-        });
+        let mut kept_off = (0..300)
+            .map(|_| std::thread::sleep(std::time::Duration::from_millis(10)))
+            .filter(|()| {
+                let (side_mask, here) = beside(
+                    || {
+                        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+                        set
+                    },
+                    || unsafe { libc::sched_getcpu() },
+                );
+                let side_mask = side_mask.expect("the side job ran");
+                here >= 0 && !unsafe { libc::CPU_ISSET(here as usize, &side_mask) }
+            });
         assert!(
-            kept_off.count() > 0,
+            kept_off.next().is_some(),
             "a worker may still run on the searching thread's core"
         );
     }

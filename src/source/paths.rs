@@ -57,18 +57,19 @@ fn is_test_folder(folder: &str) -> bool {
             .strip_suffix(suffix)
             .is_some_and(|head| head.ends_with(|c: char| c.is_ascii_lowercase()))
     });
+    let dotnet_project = folder
+        .rsplit_once('.')
+        .is_some_and(|(_, last)| last.ends_with("Tests") || last == "tests" || last == "test");
     let lower = folder.to_ascii_lowercase();
-    TEST_FOLDERS.contains(&lower.as_str())
-        || lower.starts_with("test_")
-        || camel_source_set
-        || (lower.contains('.') && (lower.ends_with("tests") || lower.ends_with(".test")))
+    TEST_FOLDERS.contains(&lower.as_str()) || lower.starts_with("test_") || camel_source_set || dotnet_project
 }
 
 /// Test files by name: `test_x.py`, `x_test.go`, `x.test.ts`, `x.spec.js`,
 /// `conftest.py`, and JVM/.NET test classes (`ParserTest.java`, `UtilsTests.cs`;
 /// case matters there, or `Latest.java` would be a test).
 fn is_test_file_name(file: &str) -> bool {
-    let (stem, extension) = file.split_once('.').unwrap_or((file, ""));
+    let stem = file.split('.').next().unwrap_or(file);
+    let extension = file.rsplit_once('.').map_or("", |(_, extension)| extension);
     let lower_stem = stem.to_ascii_lowercase();
     let lower_file = file.to_ascii_lowercase();
     lower_stem.starts_with("test_")
@@ -186,6 +187,8 @@ mod tests {
         assert!(!is_test_path("src/Contest/Rules.cs"));
         assert!(!is_test_path("src/latest/x.ts"));
         assert!(!is_test_path("System.Net.Http/Client.cs"));
+        assert!(!is_test_path("app.contests/Rules.cs"));
+        assert!(is_test_path("Core/ParserTests.g.cs"));
         assert!(!is_test_path("src/contest.rs"));
         assert!(!is_test_path("src/main/java/org/x/Latest.java"));
         assert!(!is_test_path("src/main/java/org/x/Test.java"));
