@@ -847,7 +847,17 @@ fn a_server_keeps_its_threads_across_an_agents_pause() {
         id += 1;
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // Until no thread has started or ended for 2 s (a loaded machine runs
+    // the background warm-up late), then one more call before the pause.
+    let settled_by = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut last = (threads(), std::time::Instant::now());
+    while last.1.elapsed() < std::time::Duration::from_secs(2) && std::time::Instant::now() < settled_by {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = threads();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+    }
     search(&mut server, id + 1);
     let before = threads();
     std::thread::sleep(std::time::Duration::from_secs(12));
