@@ -16,7 +16,8 @@
 //! in meaning either, neither near in cosine nor standing out from the
 //! other candidates. Off-topic questions often share their everyday words
 //! ("update", "release", "github") with some changelog; their meaning is
-//! close to nothing.
+//! close to nothing. Without that witness (lexical mode, an index not yet
+//! embedded), a partial match must hold more of the query's weight.
 
 use std::collections::HashSet;
 
