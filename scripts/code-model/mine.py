@@ -20,6 +20,18 @@ from pathlib import Path
 
 MAX_QUESTION_CHARS = 300
 MAX_CODE_CHARS = 4000
+LINE_COMMENT = {"rust": "//", "go": "//", "java": "//", "c": "//", "cpp": "//", "javascript": "//",
+                "typescript": "//", "tsx": "//", "kotlin": "//", "swift": "//", "c_sharp": "//", "scala": "//",
+                "php": "//", "python": "#", "ruby": "#", "bash": "#"}
+NOT_PROSE = re.compile(r"[;{}=<>\[\]]|\w\(|^(todo|fixme|xxx|hack|nolint|noqa|type:|pylint|eslint|prettier|istanbul|ts-|@ts|safety:|clippy|rustfmt|go:|#)", re.I)
+TEST_PATH = re.compile(r"(^|/)(tests?|testing|spec|specs|__tests__|testdata|examples?|benches)/|_test\.|Tests?\.java$|\.test\.|\.spec\.|(^|/)test_")
+INLINE_SQL = """SELECT min(c.context), min(c.symbol), t.text, min(c.doc), min(f.path), min(f.language) FROM chunks c
+ JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
+ JOIN contents t ON t.hash = c.content_hash
+ JOIN files f ON f.id = c.file_id
+ WHERE c.symbol IS NOT NULL AND instr(c.symbol, ', ') = 0
+   AND c.kind IN ('function', 'method', 'impl', 'class')
+ GROUP BY t.hash ORDER BY t.hash"""
 SQL = """SELECT min(c.context), min(c.symbol), t.text, min(c.doc), min(f.path) FROM chunks c
  JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?1
  JOIN contents t ON t.hash = c.content_hash
@@ -116,10 +128,55 @@ def pair_of(context, symbol, text, label):
     return question, "\n".join(head + [code])[:MAX_CODE_CHARS]
 
 
+def inline_pair(context, symbol, text, label, language):
+    """An explanatory comment inside a definition's body, as the question, and
+    the definition without it (its signature line, then the code from the
+    comment on) as the code: comments that say what a stretch of a long
+    function does, which is what agents ask about."""
+    marker = LINE_COMMENT.get(language)
+    if not marker:
+        return None
+    docs = doc_lines(label)
+    lines = text.split("\n")
+    in_doc = lambda n: any(a <= n <= b for a, b in docs)
+    blocks, block = [], []
+    for n, line in enumerate(lines, 1):
+        t = line.strip()
+        if n > 1 and not in_doc(n) and t.startswith(marker) and not t.startswith(marker + "/") and not t.startswith(marker + "!"):
+            block.append((n, t[len(marker):].strip()))
+        else:
+            if block:
+                blocks.append(block)
+            block = []
+    if block:
+        blocks.append(block)
+    for block in blocks:
+        words = " ".join(w for _, w in block)
+        sentence = first_sentence([words])
+        if sentence is None or len(sentence.split()) < 4 or NOT_PROSE.search(sentence) or sum(ch.isalpha() for ch in sentence) < 0.7 * len(sentence):
+            continue
+        first, last = block[0][0], block[-1][0]
+        if last >= len(lines) - 1:
+            continue
+        body = [l for i, l in enumerate(lines, 1) if i > last and not in_doc(i)]
+        if sum(1 for l in body if l.strip()) < 3:
+            continue
+        head_line = next((l for i, l in enumerate(lines, 1) if not in_doc(i) and l.strip()), "")
+        code = "\n".join(([head_line] if first > 1 else []) + body)
+        head = []
+        if spelled(symbol):
+            head.append(spelled(symbol))
+        if context:
+            head.append(context)
+        return sentence, "\n".join(head + [code])[:MAX_CODE_CHARS]
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-repo", type=int, default=2000, help="at most this many pairs from one repository")
+    parser.add_argument("--inline", type=int, default=0, help="at most this many inline-comment pairs from one repository")
     parser.add_argument("indexes", nargs="+")
     args = parser.parse_args()
     rng = random.Random(7)
@@ -140,6 +197,19 @@ def main():
             for pair in pairs[: args.per_repo]:
                 out.write(json.dumps(pair) + "\n")
             total += min(len(pairs), args.per_repo)
+            inline = []
+            if args.inline:
+                for context, symbol, text, label, path, language in db.execute(INLINE_SQL, (branch,)):
+                    pair = inline_pair(context, symbol, text, label, language)
+                    if pair is None or pair[0].lower() in seen or TEST_PATH.search(path) or len(pair[0].split()) < 5:
+                        continue
+                    seen.add(pair[0].lower())
+                    inline.append({"repo": repo, "path": path, "question": pair[0], "code": pair[1], "kind": "inline"})
+                rng.shuffle(inline)
+                for pair in inline[: args.inline]:
+                    out.write(json.dumps(pair) + "\n")
+                total += min(len(inline), args.inline)
+                print(f"{repo}: {len(inline)} inline pairs, kept {min(len(inline), args.inline)}", file=sys.stderr)
             print(f"{repo}: {len(pairs)} pairs, kept {min(len(pairs), args.per_repo)}", file=sys.stderr)
     print(f"{total} pairs", file=sys.stderr)
 

@@ -82,6 +82,7 @@ def main():
     ap.add_argument("--question-tokens", type=int, default=64)
     ap.add_argument("--held-out", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the passes (CPUs with AVX-512 BF16)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
@@ -104,9 +105,10 @@ def main():
     model.train()
     start = time.time()
     for step, batch in enumerate(plan):
-        q = embed(model, tok, [p["question"] for p in batch], args.question_tokens)
-        c = embed(model, tok, [p["code"] for p in batch], args.code_tokens)
-        sims = q @ c.T * args.scale
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            q = embed(model, tok, [p["question"] for p in batch], args.question_tokens)
+            c = embed(model, tok, [p["code"] for p in batch], args.code_tokens)
+        sims = q.float() @ c.float().T * args.scale
         labels = torch.arange(len(batch))
         loss = (F.cross_entropy(sims, labels) + F.cross_entropy(sims.T, labels)) / 2
         loss.backward()
