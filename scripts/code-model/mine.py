@@ -106,6 +106,13 @@ def spelled(symbol):
     return words if words != plain else None
 
 
+def as_embedded(context, symbol, code):
+    """The code as ken embeds a chunk: its name spelled as words, its enclosing
+    signatures, then the code."""
+    head = [h for h in (spelled(symbol), context) if h]
+    return "\n".join(head + [code])[:MAX_CODE_CHARS]
+
+
 def pair_of(context, symbol, text, label):
     docs = doc_lines(label)
     if not docs:
@@ -120,12 +127,7 @@ def pair_of(context, symbol, text, label):
     question = without_leading_name(question, symbol)
     if len(question.split()) < 3 or "{@inheritDoc}" in question:
         return None
-    head = []
-    if spelled(symbol):
-        head.append(spelled(symbol))
-    if context:
-        head.append(context)
-    return question, "\n".join(head + [code])[:MAX_CODE_CHARS]
+    return question, as_embedded(context, symbol, code)
 
 
 def inline_pair(context, symbol, text, label, language):
@@ -163,12 +165,7 @@ def inline_pair(context, symbol, text, label, language):
             continue
         head_line = next((l for i, l in enumerate(lines, 1) if not in_doc(i) and l.strip()), "")
         code = "\n".join(([head_line] if first > 1 else []) + body)
-        head = []
-        if spelled(symbol):
-            head.append(spelled(symbol))
-        if context:
-            head.append(context)
-        return sentence, "\n".join(head + [code])[:MAX_CODE_CHARS]
+        return sentence, as_embedded(context, symbol, code)
     return None
 
 
