@@ -1178,7 +1178,7 @@ fn a_chunk_only_the_vectors_found_is_scored_by_bm25_as_the_lexical_side_scores_i
     let bm25 = lexical["explain"]["bm25"].as_f64().unwrap();
     assert!(bm25 > 0.0, "{lexical}");
     // Hybrid, five results: it is among them by its meaning, with the same
-    // BM25 (taken on the second connection while the rows are read).
+    // BM25 (kept by the lexical ranking, or taken again if it skipped the row).
     let hybrid = long_one("hybrid", "5");
     let scored = hybrid["explain"]["bm25"].as_f64().unwrap();
     assert!(
@@ -1238,9 +1238,12 @@ fn bench_query_times_every_mode_and_the_phases_of_a_hybrid_search() {
     let phases = &report["hybrid_phases"][0];
     assert_eq!(phases[0], "words", "{report}");
     let phases = phases[1].as_array().unwrap();
-    assert_eq!(phases.len(), 5, "{report}");
-    // Every phase but the rescoring (no vector-only candidate may be left) takes time.
-    for phase in phases.iter().filter(|p| !p[0].as_str().unwrap().starts_with("BM25")) {
+    assert_eq!(phases.len(), 8, "{report}");
+    // Every phase but the second connection's (it may have no share) takes time.
+    for phase in phases
+        .iter()
+        .filter(|p| !p[0].as_str().unwrap().starts_with("the second connection"))
+    {
         assert!(phase[1].as_f64().unwrap() > 0.0, "{phase}");
     }
 }
@@ -1650,4 +1653,74 @@ fn the_code_model_is_made_from_the_verified_base_and_the_delta_ken_ships() {
         margin_over_other_code(&base_model, &questions, &codes),
     );
     assert!(tuned > untuned, "margin {tuned} with the delta, {untuned} without");
+}
+
+/// As above, in a long-lived searcher (a server's): its searches after the
+/// first keep the rows' lengths, so the lexical ranking scores every row it
+/// matches and fusion takes a vector-only chunk's BM25 from there. The
+/// same results and scores as its first search, and lexical mode's BM25.
+#[test]
+fn a_long_lived_searcher_gives_a_vector_only_chunk_the_bm25_a_new_one_does() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // `qzx` in 100 short chunks about something else, often: more than
+    // the 80 lexical candidates of a top 10, and under a quarter of all
+    // chunks (a term that is matched).
+    for i in 0..100 {
+        write(
+            root,
+            &format!("sprites/draw_{i}.py"),
+            &format!("def draw_{i}(qzx):\n    qzx.blit({i})\n    qzx.flip()\n    qzx.clear()\n    return qzx\n"),
+        );
+    }
+    write_unrelated(root, "util", 320);
+    // The answer says `qzx` less often, in a longer chunk: last of the
+    // lexical ranking, first in meaning.
+    write(
+        root,
+        "shop/refunds.py",
+        "def reimburse_purchase(order, qzx):\n    \"\"\"Reimburse a buyer in full when their purchase is cancelled.\"\"\"\n    qzx.append(order)\n    return qzx\n",
+    );
+    index_and_fit(root);
+    // Its one word in common with the answer is `qzx`.
+    let question = "give customers their money back in qzx";
+    let request = |mode, limit| ken::search::SearchRequest {
+        mode,
+        limit,
+        explain: true,
+        ..ken::search::SearchRequest::new(question)
+    };
+    let ranked = |searcher: &ken::search::Searcher| -> Vec<(String, u32, f64, f64)> {
+        let hits = searcher.search(&request(ken::search::SearchMode::Hybrid, 10)).unwrap();
+        assert!(searcher.notice().is_none(), "{:?}", searcher.notice());
+        hits.iter()
+            .map(|h| (h.path.clone(), h.start_line, h.score, h.explain.as_ref().unwrap().bm25))
+            .collect()
+    };
+    let searcher = ken::search::Searcher::open(root, &root.join(".ken")).unwrap();
+    let once = ranked(&searcher);
+    let kept = ranked(&searcher);
+    assert_eq!(
+        kept, once,
+        "the ranking that kept every score ranks as the one that did not"
+    );
+    let answer = once
+        .iter()
+        .find(|(path, ..)| path == "shop/refunds.py")
+        .unwrap_or_else(|| panic!("the answer is found: {once:?}"));
+    let lexical = searcher
+        .search(&request(ken::search::SearchMode::Lexical, 200))
+        .unwrap();
+    let lexical_rank = lexical
+        .iter()
+        .position(|h| h.path == "shop/refunds.py")
+        .expect("a lexical match");
+    assert!(
+        lexical_rank >= 80,
+        "not a lexical candidate of a top 10: {lexical_rank}"
+    );
+    let bm25 = lexical[lexical_rank].explain.as_ref().unwrap().bm25;
+    assert!(bm25 > 0.0);
+    assert_eq!(answer.3, bm25, "the BM25 fusion weighs is lexical mode's");
 }

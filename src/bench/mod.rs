@@ -519,6 +519,42 @@ pub struct QueryBench {
     pub query_embedding_batch_pass_p50_ms: f64,
 }
 
+/// The p50 of each phase of these searches, in ms, named as reported.
+pub(crate) fn phase_p50s(searches: &[SearchPhases]) -> Vec<(String, f64)> {
+    let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
+        let mut ms: Vec<f64> = searches.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
+        percentile(&mut ms, 0.5)
+    };
+    vec![
+        (
+            "lexical side, query embedding beside it".to_string(),
+            phase_p50(|p| p.lexical),
+        ),
+        (
+            "inside it, BM25 and exact names".to_string(),
+            phase_p50(|p| p.lexical_only),
+        ),
+        (
+            "inside it, reading their rows".to_string(),
+            phase_p50(|p| p.lexical_rows),
+        ),
+        (
+            "beside it, the query embedding and its nearest vectors".to_string(),
+            phase_p50(|p| p.embedding),
+        ),
+        ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
+        (
+            "the second connection's share, beyond the loading".to_string(),
+            phase_p50(|p| p.rescore),
+        ),
+        (
+            "loading candidates and their vectors".to_string(),
+            phase_p50(|p| p.load),
+        ),
+        ("fusion, rerank, snippets".to_string(), phase_p50(|p| p.rank)),
+    ]
+}
+
 /// One query embedding's time per query, ken's pass and the baseline
 /// (candle's BertModel, or ken's batch pass for a model candle lacks), in ms.
 fn time_query_embedding(searcher: &Searcher, queries: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
@@ -672,29 +708,7 @@ pub fn query(
     };
     let hybrid_phases = phases
         .iter()
-        .map(|(kind, of_kind)| {
-            let phase_p50 = |of: fn(&SearchPhases) -> std::time::Duration| {
-                let mut ms: Vec<f64> = of_kind.iter().map(|p| of(p).as_secs_f64() * 1e3).collect();
-                percentile(&mut ms, 0.5)
-            };
-            let by_phase = vec![
-                (
-                    "lexical side, query embedding beside it".to_string(),
-                    phase_p50(|p| p.lexical),
-                ),
-                ("vector neighbours".to_string(), phase_p50(|p| p.vector)),
-                (
-                    "BM25 of vector-only candidates, beyond the loading".to_string(),
-                    phase_p50(|p| p.rescore),
-                ),
-                (
-                    "loading candidates and their vectors".to_string(),
-                    phase_p50(|p| p.load),
-                ),
-                ("fusion, rerank, snippets".to_string(), phase_p50(|p| p.rank)),
-            ];
-            (kind.to_string(), by_phase)
-        })
+        .map(|(kind, of_kind)| (kind.to_string(), phase_p50s(of_kind)))
         .collect();
     Ok(QueryBench {
         chunks,

@@ -64,6 +64,8 @@ pub struct ServeBench {
     /// The same questions searched in this process (one searcher, the model
     /// loaded, each question new to it).
     pub in_process: Percentiles,
+    /// Those searches' p50 by phase (`search::SearchPhases`), in ms.
+    pub in_process_phases_p50: Vec<(String, f64)>,
     /// This process's CPU time per question, when the OS says.
     pub in_process_cpu_ms_per_question: Option<f64>,
     pub baseline: Option<ServerRun>,
@@ -126,7 +128,12 @@ pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
         None => super::sampled_word_queries(&opts.root, &opts.index_dir)?,
     };
     anyhow::ensure!(!questions.is_empty(), "no questions to ask");
-    let (chunks, in_process, in_process_cpu_ms_per_question) = in_process(opts, &questions)?;
+    let InProcess {
+        chunks,
+        latency: in_process,
+        phases_p50: in_process_phases_p50,
+        cpu_ms_per_question: in_process_cpu_ms_per_question,
+    } = in_process(opts, &questions)?;
     let baseline = match &opts.baseline {
         Some(exe) => Some(measure_server(exe, opts, &questions)?),
         None => None,
@@ -150,6 +157,7 @@ pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
         pause_ms: opts.pause.as_millis() as u64,
         via_service: opts.via_service,
         in_process,
+        in_process_phases_p50,
         in_process_cpu_ms_per_question,
         baseline,
         this,
@@ -157,8 +165,16 @@ pub fn run(opts: &ServeBenchOptions) -> Result<ServeBench> {
     })
 }
 
+/// The questions searched in this process, measured.
+struct InProcess {
+    chunks: u64,
+    latency: Percentiles,
+    phases_p50: Vec<(String, f64)>,
+    cpu_ms_per_question: Option<f64>,
+}
+
 /// The questions searched in this process, as a server's searcher runs them.
-fn in_process(opts: &ServeBenchOptions, questions: &[String]) -> Result<(u64, Percentiles, Option<f64>)> {
+fn in_process(opts: &ServeBenchOptions, questions: &[String]) -> Result<InProcess> {
     let searcher = Searcher::open(&opts.root, &opts.index_dir)?;
     searcher.load_model().map_err(anyhow::Error::msg)?;
     let chunks = searcher.store().counted_chunks()? as u64;
@@ -171,12 +187,14 @@ fn in_process(opts: &ServeBenchOptions, questions: &[String]) -> Result<(u64, Pe
     searcher.search(&request("warm up"))?;
     let before = ProcessCounters::of(std::process::id());
     let mut ms = Vec::with_capacity(questions.len());
+    let mut phases = Vec::with_capacity(questions.len());
     for question in questions {
         searcher.forget_query_vectors();
         std::thread::sleep(opts.pause);
         let started = Instant::now();
         searcher.search(&request(question))?;
         ms.push(started.elapsed().as_secs_f64() * 1e3);
+        phases.push(searcher.last_phases());
     }
     if let Some(notice) = searcher.notice() {
         bail!("the in-process search did not run as asked: {notice}");
@@ -184,7 +202,12 @@ fn in_process(opts: &ServeBenchOptions, questions: &[String]) -> Result<(u64, Pe
     let cpu_ms = ProcessCounters::of(std::process::id())
         .zip(before)
         .map(|(a, b)| (a.cpu_ms - b.cpu_ms) / questions.len() as f64);
-    Ok((chunks, percentiles(&mut ms), cpu_ms))
+    Ok(InProcess {
+        chunks,
+        latency: percentiles(&mut ms),
+        phases_p50: super::phase_p50s(&phases),
+        cpu_ms_per_question: cpu_ms,
+    })
 }
 
 fn measure_server(exe: &Path, opts: &ServeBenchOptions, questions: &[String]) -> Result<ServerRun> {

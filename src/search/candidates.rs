@@ -4,19 +4,21 @@
 //! candidate then scored on the other side too, and read with its chunk.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use globset::GlobMatcher;
 
 use crate::source::lexical::QueryTerms;
-use crate::store::lookup::{Bm25Ranking, ChunkFilter, PathPredicate};
+use crate::store::bm25::{MatchScore, MatchScores};
+use crate::store::lookup::{Bm25Ranking, ChunkFilter, LexicalRanking, PathPredicate};
 use crate::store::{MetaKey, Store};
 
 use super::definitions::{Defines, Member};
 use super::hit::SearchHit;
 use super::query::{Query, Wording};
 use super::semantic::{QueryVector, SemanticSide};
-use super::{workers, PhaseClock, SearchMode, SearchRequest, Searcher};
+use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Searcher};
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
@@ -27,6 +29,8 @@ pub(super) const OVERFETCH: usize = 8;
 const VECTOR_DEPTH_FACTOR: usize = 2;
 /// How deep the lexical ranking goes when filters reject most of the top.
 const MAX_LEXICAL_DEPTH: usize = 20_000;
+/// Fewer rows to read than this are not worth a second thread.
+const MIN_ROWS_TO_SHARE: usize = 16;
 /// Terms in more than this share of chunks are left out of the lexical
 /// match when rarer terms remain (they cost the most and rank the least).
 const COMMON_TERM_SHARE: f64 = 0.05;
@@ -75,6 +79,9 @@ pub(super) struct CandidateRow {
     signature: Option<Vec<u8>>,
 }
 
+/// What the second connection gives a search: BM25 scores, and rows.
+type ReaderShare = (Vec<(i64, f64)>, HashMap<i64, CandidateRow>);
+
 /// Chunk ids with their cosine similarity to the query, best first.
 type Neighbours = Vec<(i64, f32)>;
 
@@ -91,9 +98,16 @@ struct CommonTerms<'q> {
     total: f64,
 }
 
-/// The lexical side's candidates, the terms they were matched on and the
-/// common terms left out of the match.
-type LexicalSide<'q> = (HashMap<i64, Candidate>, Terms<'q>, CommonTerms<'q>);
+/// What the lexical side found.
+struct LexicalSide<'q> {
+    candidates: HashMap<i64, Candidate>,
+    /// The terms the candidates were matched on ...
+    terms: Terms<'q>,
+    /// ... and the common ones left out of the match.
+    common: CommonTerms<'q>,
+    /// Every row the match ranked, with its BM25, when the ranking kept them.
+    scores: Option<MatchScores>,
+}
 
 /// The candidates of one query, read with their chunks: what fusion ranks.
 pub(super) struct Gathered<'s> {
@@ -121,8 +135,14 @@ impl Searcher {
         let fetch = (req.limit * OVERFETCH).max(50);
         // Semantic mode waits for the model; hybrid answers lexically meanwhile.
         let deferred = req.mode == SearchMode::Hybrid && self.model_deferred();
-        let (lexical, prefetched, preloaded) = self.lexical_while_embedding(query, req, fetch, deferred);
-        let (mut candidates, matched_terms, common) = lexical?;
+        let (lexical, prefetched, mut preloaded) =
+            self.lexical_while_embedding(query, req, fetch, deferred, &mut clock.phases);
+        let LexicalSide {
+            mut candidates,
+            terms: matched_terms,
+            common,
+            scores: match_scores,
+        } = lexical?;
         clock.phases.lexical = clock.lap();
         *self.notice.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A lone identifier that names a definition is answered by that
@@ -143,16 +163,19 @@ impl Searcher {
         // Fusion weighs every candidate on both sides: the ones only the
         // vector side found get their BM25 too (a chunk middling on both
         // sides is in neither side's top list, yet can be the best answer).
-        let only_vector: Vec<i64> = if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty()
-        {
-            candidates
-                .iter()
-                .filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any())
-                .map(|(&id, _)| id)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // The lexical ranking scored every row it matched; those it skipped
+        // for their bound (a one-shot search, without the rows' lengths) are
+        // scored again.
+        let mut only_vector = Vec::new();
+        if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty() {
+            for (&id, c) in candidates.iter_mut().filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any()) {
+                match match_scores.as_ref().map_or(MatchScore::Unscored, |s| s.of(id)) {
+                    MatchScore::Scored(score) => c.bm25 = score,
+                    MatchScore::NotMatched => {}
+                    MatchScore::Unscored => only_vector.push(id),
+                }
+            }
+        }
         let with_content = needs_content(&common, query.fragments(req.mode));
         // In hybrid mode, candidates the vector side did not reach get their
         // similarity from their stored vectors, read with the rest of the
@@ -168,43 +191,78 @@ impl Searcher {
             .as_ref()
             .zip(signature_model.as_deref())
             .map(|(v, model)| (model, v.query.vector.as_slice()));
-        // Their BM25 on the second connection, on the other core, while
-        // this one reads the candidates' rows.
-        let reader = (!only_vector.is_empty()).then(|| self.reader()).flatten();
-        let bm25_beside = |reader: &std::sync::Mutex<Store>| -> Result<Vec<(i64, f64)>> {
+        // The rows still to read, in rowid order (neighbours share pages).
+        let models = RowModels {
+            with_content,
+            vector: fill_from.map(|(model, _)| model),
+            signature: signatures_from.map(|(model, _)| model),
+        };
+        let mut to_read: Vec<i64> = candidates
+            .keys()
+            .filter(|id| !preloaded.contains_key(id))
+            .copied()
+            .collect();
+        to_read.sort_unstable();
+        // The second connection, on the other core, takes the BM25 of the
+        // candidates the ranking did not score, or else half of the rows.
+        let (theirs, mine): (&[i64], &[i64]) = if only_vector.is_empty() {
+            to_read.split_at(to_read.len() / 2)
+        } else {
+            (&[], &to_read)
+        };
+        let share = !only_vector.is_empty() || theirs.len() >= MIN_ROWS_TO_SHARE;
+        let reader = share.then(|| self.reader()).flatten();
+        let generation = self.store.lexical_generation()?;
+        let branch = self.branch.as_str();
+        let beside = |reader: &std::sync::Mutex<Store>| -> Result<ReaderShare> {
             let store = reader.lock().unwrap_or_else(|e| e.into_inner());
             let _snapshot = store.read_snapshot()?;
-            bm25_of(&store, &matched_terms, &only_vector)
+            // Its snapshot may be newer than this search's: only if the
+            // chunks are the same are its rows and scores theirs.
+            anyhow::ensure!(
+                store.lexical_generation()? == generation,
+                "the index changed since the search began"
+            );
+            let scores = bm25_of(&store, &matched_terms, &only_vector)?;
+            Ok((scores, read_rows(&store, branch, theirs, models)?))
         };
-        let load = || {
-            let loaded = self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded);
+        let mut read_mine = || {
+            let rows = self.read_rows(mine, models);
             clock.phases.load = clock.lap();
-            loaded
+            rows
         };
-        let (beside_scores, loaded) = match reader {
+        let (from_reader, mine) = match reader {
             Some(reader) => {
-                let (scores, loaded) = workers::beside(|| bm25_beside(reader), load);
-                (scores.ok(), loaded)
+                let (theirs, mine) = workers::beside(|| beside(reader), read_mine);
+                (theirs.ok().and_then(Result::ok), mine)
             }
-            None => (None, load()),
+            None => (None, read_mine()),
         };
+        clock.phases.rescore = clock.lap();
+        preloaded.extend(mine?);
         // Without the second connection, or if it failed, on this one.
-        let scores = match beside_scores {
-            Some(Ok(scores)) => Ok(scores),
-            _ => bm25_of(&self.store, &matched_terms, &only_vector),
+        let scores = match from_reader {
+            Some((scores, rows)) => {
+                preloaded.extend(rows);
+                scores
+            }
+            None => {
+                preloaded.extend(self.read_rows(theirs, models)?);
+                bm25_of(&self.store, &matched_terms, &only_vector)?
+            }
         };
-        let (mut hits, chunk_vectors) = loaded?;
-        for (id, score) in scores? {
+        let (mut hits, chunk_vectors) =
+            self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
+        for (id, score) in scores {
             if let Some(c) = candidates.get_mut(&id) {
                 c.bm25 = score;
             }
         }
-        clock.phases.rescore = clock.lap();
         if !common.terms.is_empty() {
             add_common_term_scores(&mut hits, &mut candidates, &common);
         }
-        let common_terms = clock.lap();
-        clock.phases.load += common_terms;
+        let assembled = clock.lap();
+        clock.phases.load += assembled;
         Ok(Gathered {
             candidates,
             hits,
@@ -225,6 +283,7 @@ impl Searcher {
         req: &SearchRequest,
         fetch: usize,
         deferred: bool,
+        phases: &mut SearchPhases,
     ) -> (
         Result<LexicalSide<'q>>,
         Option<Result<Prefetched>>,
@@ -236,46 +295,60 @@ impl Searcher {
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
         let nearest = vector_fetch(req.mode, fetch);
         let lexical_and_rows = || {
+            let started = Instant::now();
             let lexical = self.lexical_side(query, req, fetch);
+            let lexical_done = Instant::now();
             // While the other core embeds the query, read the lexical
             // candidates' chunks and stored vectors (a failure here only
             // means they are read after).
             let preloaded = match (&lexical, prefetch_side) {
-                (Ok((candidates, _, common)), Some(side)) => {
+                (Ok(LexicalSide { candidates, common, .. }), Some(side)) => {
                     let vector_model = (req.mode == SearchMode::Hybrid).then(|| side.embedder.id());
                     let signature_model = crate::embed::text::signature_model(side.embedder.id());
-                    self.read_rows(
-                        candidates.keys().copied(),
-                        needs_content(common, query.fragments(req.mode)),
-                        vector_model,
-                        Some(&signature_model),
-                    )
-                    .unwrap_or_default()
+                    let ids: Vec<i64> = candidates.keys().copied().collect();
+                    let models = RowModels {
+                        with_content: needs_content(common, query.fragments(req.mode)),
+                        vector: vector_model,
+                        signature: Some(&signature_model),
+                    };
+                    self.read_rows(&ids, models).unwrap_or_default()
                 }
                 _ => HashMap::new(),
             };
-            (lexical, preloaded)
+            let timed = (lexical_done - started, lexical_done.elapsed());
+            (lexical, preloaded, timed)
         };
         match prefetch_side {
             Some(side) => {
-                let embed = || -> Result<Prefetched> {
-                    let vector = side.embed_query(query)?;
-                    let embeddings = nearest_embeddings(side, &vector.vector, nearest)?;
-                    Ok((vector, embeddings))
+                let embed = || -> (Result<Prefetched>, Duration) {
+                    let started = Instant::now();
+                    let embedded = side.embed_query(query).and_then(|vector| {
+                        let embeddings = nearest_embeddings(side, &vector.vector, nearest)?;
+                        Ok((vector, embeddings))
+                    });
+                    (embedded, started.elapsed())
                 };
                 // Semantic mode has no lexical side to run meanwhile: the
                 // embedding takes every core from here (rayon's global pool).
-                let (prefetched, (lexical, preloaded)) = if req.mode == SearchMode::Semantic {
+                let (prefetched, (lexical, preloaded, timed)) = if req.mode == SearchMode::Semantic {
                     let rows = lexical_and_rows();
                     (std::panic::catch_unwind(std::panic::AssertUnwindSafe(embed)), rows)
                 } else {
                     workers::beside(embed, lexical_and_rows)
                 };
-                let prefetched = prefetched.unwrap_or_else(|_| Err(anyhow::anyhow!("query embedding panicked")));
+                (phases.lexical_only, phases.lexical_rows) = timed;
+                let prefetched = match prefetched {
+                    Ok((prefetched, took)) => {
+                        phases.embedding = took;
+                        prefetched
+                    }
+                    Err(_) => Err(anyhow::anyhow!("query embedding panicked")),
+                };
                 (lexical, Some(prefetched), preloaded)
             }
             None => {
-                let (lexical, preloaded) = lexical_and_rows();
+                let (lexical, preloaded, timed) = lexical_and_rows();
+                (phases.lexical_only, phases.lexical_rows) = timed;
                 (lexical, None, preloaded)
             }
         }
@@ -325,15 +398,23 @@ impl Searcher {
     fn lexical_side<'q>(&self, query: &'q Query, req: &SearchRequest, fetch: usize) -> Result<LexicalSide<'q>> {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         let (terms, common) = self.selective_terms(&query.lexical)?;
+        let mut scores = None;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
-            for (id, rank) in self.lexical_candidates(&terms, req, fetch)? {
+            let ranked = self.lexical_candidates(&terms, req, fetch)?;
+            for (id, rank) in ranked.top {
                 candidates.entry(id).or_default().bm25 = -rank;
             }
+            scores = ranked.scores;
         }
         if req.mode != SearchMode::Semantic {
             self.add_definitions(&mut candidates, query, req)?;
         }
-        Ok((candidates, terms, common))
+        Ok(LexicalSide {
+            candidates,
+            terms,
+            common,
+            scores,
+        })
     }
 
     pub(super) fn chunk_total(&self) -> Result<f64> {
@@ -402,7 +483,8 @@ impl Searcher {
         }
     }
 
-    /// The best `fetch` chunks by BM25 that pass the branch and filters.
+    /// The best `fetch` chunks by BM25 that pass the branch and filters
+    /// (their FTS5 rank), and every matching row's score when the ranking kept them.
     /// FTS5 ranks alone first (no joins per match, which is what makes broad
     /// queries slow); the winners are then checked against the catalog and
     /// filters, fetching deeper only when too many were filtered out.
@@ -411,7 +493,7 @@ impl Searcher {
         terms: &[(&String, f64)],
         req: &SearchRequest,
         fetch: usize,
-    ) -> Result<Vec<(i64, f64)>> {
+    ) -> Result<LexicalRanking> {
         let fts_query = QueryTerms::fts_match(terms.iter().map(|(t, _)| *t));
         let frequencies = frequencies_in(&self.store, terms)?;
         // `ken_bm25` equals FTS5's bm25() on the rows it returns first and
@@ -426,10 +508,13 @@ impl Searcher {
             let ranked = self
                 .store
                 .lexical_ranked(&fts_query, frequencies.as_deref(), depth, ranking)?;
-            let exhausted = ranked.len() < depth;
-            let visible = self.store.first_visible(&filter, &ranked, fetch)?;
+            let exhausted = ranked.top.len() < depth;
+            let visible = self.store.first_visible(&filter, &ranked.top, fetch)?;
             if visible.len() >= fetch || exhausted || depth >= MAX_LEXICAL_DEPTH {
-                return Ok(visible);
+                return Ok(LexicalRanking {
+                    top: visible,
+                    scores: ranked.scores,
+                });
             }
             depth *= 4;
         }
@@ -489,17 +574,21 @@ impl Searcher {
         signatures_from: Option<(&str, &[f32])>,
         mut preloaded: HashMap<i64, CandidateRow>,
     ) -> Result<(Vec<SearchHit>, ChunkVectors)> {
+        let models = RowModels {
+            with_content,
+            vector: fill_from.map(|(model, _)| model),
+            signature: signatures_from.map(|(model, _)| model),
+        };
+        let missing: Vec<i64> = candidates
+            .keys()
+            .filter(|id| !preloaded.contains_key(id))
+            .copied()
+            .collect();
+        preloaded.extend(self.read_rows(&missing, models)?);
         let mut hits = Vec::with_capacity(candidates.len());
         let mut vectors = HashMap::new();
         for (&id, candidate) in candidates.iter_mut() {
-            let row = match preloaded.remove(&id) {
-                Some(row) => row,
-                None => {
-                    let model = fill_from.map(|(model, _)| model);
-                    let signature_model = signatures_from.map(|(model, _)| model);
-                    self.read_row(id, with_content, model, signature_model)?
-                }
-            };
+            let row = preloaded.remove(&id).expect("every candidate's row was read");
             if let (Some(blob), Some((_, query))) = (&row.vector, fill_from) {
                 let vector = crate::store::vectors::decode(blob);
                 if candidate.similarity.is_none() {
@@ -519,55 +608,9 @@ impl Searcher {
         Ok((hits, vectors))
     }
 
-    /// The rows of `ids` (see [`Self::read_row`]).
-    fn read_rows(
-        &self,
-        ids: impl IntoIterator<Item = i64>,
-        with_content: bool,
-        vector_model: Option<&str>,
-        signature_model: Option<&str>,
-    ) -> Result<HashMap<i64, CandidateRow>> {
-        ids.into_iter()
-            .map(|id| {
-                let row = self.read_row(id, with_content, vector_model, signature_model)?;
-                Ok((id, row))
-            })
-            .collect()
-    }
-
-    /// A candidate's chunk, with its text when `with_content`, its vector of
-    /// `vector_model` and its signature vectors of `signature_model` when given.
-    fn read_row(
-        &self,
-        id: i64,
-        with_content: bool,
-        vector_model: Option<&str>,
-        signature_model: Option<&str>,
-    ) -> Result<CandidateRow> {
-        let row = self
-            .store
-            .chunk_row(&self.branch, id, with_content, vector_model, signature_model)?;
-        Ok(CandidateRow {
-            hit: SearchHit {
-                path: row.path,
-                start_line: row.start_line,
-                end_line: row.end_line,
-                score: 0.0,
-                kind: row.kind,
-                symbol: row.symbol,
-                language: row.language,
-                snippet: String::new(),
-                context: row.context,
-                content: row.text.unwrap_or_default(),
-                explain: None,
-                copies: Vec::new(),
-                chunk_id: id,
-                content_hash: row.content_hash,
-                comments: crate::source::chunk::parse_doc_lines(row.comments.as_deref(), row.start_line),
-            },
-            vector: row.vector,
-            signature: row.signature,
-        })
+    /// The rows of `ids` on this searcher's connection (see [`read_rows`]).
+    fn read_rows(&self, ids: &[i64], models: RowModels) -> Result<HashMap<i64, CandidateRow>> {
+        read_rows(&self.store, &self.branch, ids, models)
     }
 
     /// The second connection ([`Searcher::reader`]), opened on first use;
@@ -593,6 +636,49 @@ impl Searcher {
         }
         Ok(())
     }
+}
+
+/// What a candidate's row is read with: its text, its vector of a model,
+/// its signature vectors of a model.
+#[derive(Clone, Copy)]
+pub(super) struct RowModels<'m> {
+    pub with_content: bool,
+    pub vector: Option<&'m str>,
+    pub signature: Option<&'m str>,
+}
+
+/// The rows of `ids` in `store`, as cataloged on `branch`.
+fn read_rows(store: &Store, branch: &str, ids: &[i64], models: RowModels) -> Result<HashMap<i64, CandidateRow>> {
+    ids.iter()
+        .map(|&id| {
+            let row = store.chunk_row(branch, id, models.with_content, models.vector, models.signature)?;
+            let hit = SearchHit {
+                path: row.path,
+                start_line: row.start_line,
+                end_line: row.end_line,
+                score: 0.0,
+                kind: row.kind,
+                symbol: row.symbol,
+                language: row.language,
+                snippet: String::new(),
+                context: row.context,
+                content: row.text.unwrap_or_default(),
+                explain: None,
+                copies: Vec::new(),
+                chunk_id: id,
+                content_hash: row.content_hash,
+                comments: crate::source::chunk::parse_doc_lines(row.comments.as_deref(), row.start_line),
+            };
+            Ok((
+                id,
+                CandidateRow {
+                    hit,
+                    vector: row.vector,
+                    signature: row.signature,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// The BM25 score in `store` of each of `ids` that matches `terms` (with

@@ -100,10 +100,17 @@ pub enum SearchMode {
 pub struct SearchPhases {
     /// The lexical side, with the query embedding running beside it.
     pub lexical: Duration,
+    /// Inside it: BM25 and the exact names ...
+    pub lexical_only: Duration,
+    /// ... then the lexical candidates' rows, read while the model runs.
+    pub lexical_rows: Duration,
+    /// Beside them, on another core: the query's embedding and its nearest vectors.
+    pub embedding: Duration,
     /// Vector neighbours: the HNSW search and their chunks.
     pub vector: Duration,
-    /// BM25 of the candidates only the vectors found: what is left of it
-    /// after the rows are read (it runs beside them on a second connection).
+    /// The second connection's share, beside this one's reads: the BM25 of
+    /// vector candidates the lexical ranking did not score, or else half
+    /// the rows; what is left of it after this connection's share.
     pub rescore: Duration,
     /// Reading the candidates with their stored vectors.
     pub load: Duration,

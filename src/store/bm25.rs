@@ -17,13 +17,19 @@
 //! already.
 //!
 //! A long-lived searcher can hand the function every row's length
-//! ([`RowLengths`], on the connection's [`LengthSlot`]): it then reads no
+//! ([`RowLengths`], on the connection's [`Bm25Slot`]): it then reads no
 //! length from the index at all.
+//!
+//! A ranking can also keep every matching row's score ([`MatchScores`]):
+//! a hybrid search needs the BM25 of chunks only the vectors found, and
+//! the ranking that found the lexical candidates has already scored every
+//! row the query matches; asking FTS5 again would walk the same lists.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
@@ -98,16 +104,83 @@ pub(super) fn docsize_total(record: &[u8]) -> Option<u32> {
     u32::try_from(total).ok().filter(|&t| t != u32::MAX)
 }
 
-/// The lengths `ken_bm25` reads on one connection, when it has them.
-pub type LengthSlot = Mutex<Option<Arc<RowLengths>>>;
+/// What `ken_bm25` shares with its connection.
+#[derive(Default)]
+pub struct Bm25Slot {
+    /// The rows' lengths to read, when the connection has them.
+    pub lengths: Mutex<Option<Arc<RowLengths>>>,
+    /// Whether the rankings run now keep every matching row's score ...
+    recording: AtomicBool,
+    /// ... and the last one's, once its query has finished.
+    recorded: Mutex<Option<MatchScores>>,
+}
+
+impl Bm25Slot {
+    /// The rankings run until the guard drops keep every matching row's
+    /// score; [`RecordingScores::last`] gives the last one's.
+    pub fn record_scores(&self) -> RecordingScores<'_> {
+        *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.recording.store(true, Ordering::Relaxed);
+        RecordingScores(self)
+    }
+}
+
+/// Rankings keep their scores while this lives ([`Bm25Slot::record_scores`]).
+pub struct RecordingScores<'a>(&'a Bm25Slot);
+
+impl RecordingScores<'_> {
+    /// The scores of the last ranking that finished (its statement reset).
+    pub fn last(&self) -> Option<MatchScores> {
+        self.0.recorded.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Drop for RecordingScores<'_> {
+    fn drop(&mut self) {
+        self.0.recording.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Every row one ranking matched, by rowid, with its BM25 (positive) where
+/// it was computed: a row skipped for its bound has none.
+pub struct MatchScores {
+    rows: Vec<(i64, Option<f64>)>,
+}
+
+/// A row's score in [`MatchScores`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MatchScore {
+    Scored(f64),
+    /// Matched, but skipped for its bound: score it again to know.
+    Unscored,
+    /// The query does not match the row: its BM25 is 0.
+    NotMatched,
+}
+
+impl MatchScores {
+    fn new(mut rows: Vec<(i64, Option<f64>)>) -> MatchScores {
+        // FTS5 visits rows in rowid order; sorted here if not.
+        if !rows.is_sorted_by_key(|(rowid, _)| *rowid) {
+            rows.sort_unstable_by_key(|(rowid, _)| *rowid);
+        }
+        MatchScores { rows }
+    }
+
+    pub fn of(&self, rowid: i64) -> MatchScore {
+        match self.rows.binary_search_by_key(&rowid, |(r, _)| *r) {
+            Ok(at) => self.rows[at].1.map_or(MatchScore::Unscored, MatchScore::Scored),
+            Err(_) => MatchScore::NotMatched,
+        }
+    }
+}
 
 unsafe extern "C" fn drop_slot(p: *mut c_void) {
-    drop(Arc::from_raw(p.cast::<LengthSlot>().cast_const()));
+    drop(Arc::from_raw(p.cast::<Bm25Slot>().cast_const()));
 }
 
 /// Registers `ken_bm25` on this connection, reading row lengths from `slot`
 /// when it holds them.
-pub fn register(conn: &Connection, slot: Arc<LengthSlot>) -> Result<()> {
+pub fn register(conn: &Connection, slot: Arc<Bm25Slot>) -> Result<()> {
     // SAFETY: the handle stays valid while `conn` lives; the statement is
     // finalized before returning, and `api` is written by SQLite during step.
     unsafe {
@@ -140,10 +213,19 @@ pub fn register(conn: &Connection, slot: Arc<LengthSlot>) -> Result<()> {
     Ok(())
 }
 
+/// Where a ranking keeps its scores until its query finishes.
+struct Recorder {
+    slot: Arc<Bm25Slot>,
+    rows: Vec<(i64, Option<f64>)>,
+}
+
 /// What one query's rows share: IDF per phrase, average row length, column
 /// weights, the best `k` scores so far, and the rows' lengths if known.
 struct QueryState {
     lengths: Option<Arc<RowLengths>>,
+    /// Every row scored, when the slot asked for them (handed to it when
+    /// the query finishes).
+    record: Option<Recorder>,
     idf: Vec<f64>,
     avgdl: f64,
     weights: Vec<f64>,
@@ -158,6 +240,14 @@ fn check(rc: c_int) -> Result<(), c_int> {
         Ok(())
     } else {
         Err(rc)
+    }
+}
+
+impl Drop for QueryState {
+    fn drop(&mut self) {
+        if let Some(Recorder { slot, rows }) = self.record.take() {
+            *slot.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(MatchScores::new(rows));
+        }
     }
 }
 
@@ -223,10 +313,21 @@ unsafe fn new_state(
     ) else {
         return Err(ffi::SQLITE_MISUSE);
     };
-    let slot = user_data(fts).cast::<LengthSlot>().cast_const();
+    let slot = user_data(fts).cast::<Bm25Slot>().cast_const();
     let lengths = slot
         .as_ref()
-        .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        .and_then(|slot| slot.lengths.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let record = match slot.as_ref() {
+        Some(s) if s.recording.load(Ordering::Relaxed) => {
+            // A reference of our own: FTS5 holds the registered one.
+            Arc::increment_strong_count(slot);
+            Some(Recorder {
+                slot: Arc::from_raw(slot),
+                rows: Vec::new(),
+            })
+        }
+        _ => None,
+    };
     let (mut rows, mut tokens) = (0i64, 0i64);
     check(row_count(fts, &mut rows))?;
     check(total_size(fts, -1, &mut tokens))?;
@@ -272,6 +373,7 @@ unsafe fn new_state(
     let weights = args.iter().skip(2).map(|&v| ffi::sqlite3_value_double(v)).collect();
     Ok(QueryState {
         lengths,
+        record,
         avgdl,
         weights,
         k,
@@ -318,12 +420,16 @@ unsafe fn score_row(
         }
         state.freq[phrase] = f;
     }
-    let known = state.lengths.as_ref().and_then(|l| l.get(rowid(fts)));
+    let row = rowid(fts);
+    let known = state.lengths.as_ref().and_then(|l| l.get(row));
     let length = match known {
         Some(length) => f64::from(length),
         None => {
             // A row of length 0 scores highest: the bound for any length.
             if state.threshold().is_some_and(|t| state.score(0.0) < t) {
+                if let Some(record) = &mut state.record {
+                    record.rows.push((row, None));
+                }
                 return Ok(0.0);
             }
             let mut length = 0;
@@ -333,6 +439,9 @@ unsafe fn score_row(
     };
     let score = state.score(length);
     state.keep(score);
+    if let Some(record) = &mut state.record {
+        record.rows.push((row, Some(score)));
+    }
     Ok(score)
 }
 
@@ -364,7 +473,7 @@ mod tests {
 
     /// Rows of varied lengths and term frequencies over a small vocabulary, so
     /// many rows tie on some terms and differ in length; `ken_bm25` reads `slot`.
-    fn table_with(slot: Arc<LengthSlot>) -> Connection {
+    fn table_with(slot: Arc<Bm25Slot>) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE VIRTUAL TABLE t USING fts5(symbol, path, body, content = '', contentless_delete = 1);",
@@ -486,18 +595,18 @@ mod tests {
 
     #[test]
     fn with_the_row_lengths_given_every_row_scores_as_bm25_scores_it() {
-        let slot: Arc<LengthSlot> = Default::default();
+        let slot: Arc<Bm25Slot> = Default::default();
         let conn = table_with(slot.clone());
         let query = "parse OR render OR session";
         let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
-        *slot.lock().unwrap() = Some(Arc::new(lengths_of(&conn)));
+        *slot.lengths.lock().unwrap() = Some(Arc::new(lengths_of(&conn)));
         let all = top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000);
         assert_eq!(all, expected, "no row skipped, every score exact");
         // The lengths are the ones read: others move the scores.
         let lengths = lengths_of(&conn);
         assert_eq!(lengths.first, 1);
         let halved = [vec![u32::MAX], lengths.by_offset.iter().map(|&l| l / 2).collect()].concat();
-        *slot.lock().unwrap() = Some(Arc::new(RowLengths {
+        *slot.lengths.lock().unwrap() = Some(Arc::new(RowLengths {
             first: 0,
             by_offset: halved,
         }));
@@ -505,7 +614,7 @@ mod tests {
             top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 100_000),
             expected
         );
-        *slot.lock().unwrap() = None;
+        *slot.lengths.lock().unwrap() = None;
         assert_eq!(
             top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20),
             expected[..20]
@@ -570,5 +679,49 @@ mod tests {
         assert!(stmt
             .query_row(rusqlite::params![query, short, chosen[0].0], |r| r.get::<_, f64>(0))
             .is_err());
+    }
+
+    /// The scores a ranking kept: exactly `bm25()`'s for every row it
+    /// scored, none for the rows it skipped for their bound, and rows the
+    /// query does not match are told apart from both.
+    #[test]
+    fn a_ranking_keeps_every_matching_rows_score_when_asked() {
+        let slot: Arc<Bm25Slot> = Default::default();
+        let conn = table_with(slot.clone());
+        let query = "parse OR render";
+        let expected = top(&conn, "bm25(t, 6.0, 2.0, 1.0)", query, 100_000);
+        let unmatched: Vec<i64> = (1..=3000)
+            .filter(|id| id % 10 != 0 && !expected.iter().any(|(e, _)| e == id))
+            .collect();
+        assert!(!unmatched.is_empty());
+        let ranked = |k: i64| {
+            let recording = slot.record_scores();
+            top(&conn, "ken_bm25(t, ?2, NULL, 6.0, 2.0, 1.0)", query, k);
+            recording.last().expect("the ranking's scores")
+        };
+        // Without the rows' lengths: the top is scored, the rest partly skipped.
+        let scores = ranked(20);
+        let (mut scored, mut skipped) = (0, 0);
+        for (id, score) in &expected {
+            match scores.of(*id) {
+                MatchScore::Scored(s) => {
+                    assert_eq!(-s, *score, "row {id}");
+                    scored += 1;
+                }
+                MatchScore::Unscored => skipped += 1,
+                MatchScore::NotMatched => panic!("row {id} matches"),
+            }
+        }
+        assert!(scored >= 20 && skipped > 0, "{scored} scored, {skipped} skipped");
+        assert!(unmatched.iter().all(|id| scores.of(*id) == MatchScore::NotMatched));
+        // With them, every matching row is scored.
+        *slot.lengths.lock().unwrap() = Some(Arc::new(lengths_of(&conn)));
+        let scores = ranked(20);
+        for (id, score) in &expected {
+            assert_eq!(scores.of(*id), MatchScore::Scored(-score), "row {id}");
+        }
+        // Nothing is kept unless asked.
+        top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20);
+        assert!(slot.record_scores().last().is_none());
     }
 }

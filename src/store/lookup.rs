@@ -8,7 +8,7 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, OptionalExtension};
 
-use super::bm25::{docsize_total, RowLengths};
+use super::bm25::{docsize_total, MatchScores, RowLengths};
 use super::Store;
 
 /// Whether a path passes a search's path filter.
@@ -67,12 +67,20 @@ pub struct Bm25Ranking {
     pub weights: (f64, f64, f64),
 }
 
+/// The best rows of a lexical ranking, and every matching row's score when
+/// the ranking kept them.
+pub struct LexicalRanking {
+    /// (rowid, FTS5's rank: the negated score), best first.
+    pub top: Vec<(i64, f64)>,
+    pub scores: Option<MatchScores>,
+}
+
 /// `ken_bm25` reads the lengths given while this lives ([`Store::use_row_lengths`]).
 pub struct RowLengthsInUse<'a>(&'a Store);
 
 impl Drop for RowLengthsInUse<'_> {
     fn drop(&mut self) {
-        *self.0.row_lengths.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.0.bm25.lengths.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
@@ -129,7 +137,7 @@ impl Store {
 
     /// Registers `ken_bm25` ([`super::bm25`]) on this connection.
     pub fn register_bm25(&self) -> Result<()> {
-        super::bm25::register(&self.conn, self.row_lengths.clone())
+        super::bm25::register(&self.conn, self.bm25.clone())
     }
 
     /// Every chunk's length as `ken_bm25` reads it, exact for the lexical
@@ -150,7 +158,7 @@ impl Store {
     /// until the returned guard drops (then from the index again). The
     /// caller holds them to the generation of its snapshot.
     pub fn use_row_lengths(&self, lengths: Option<std::sync::Arc<RowLengths>>) -> RowLengthsInUse<'_> {
-        *self.row_lengths.lock().unwrap_or_else(|e| e.into_inner()) = lengths;
+        *self.bm25.lengths.lock().unwrap_or_else(|e| e.into_inner()) = lengths;
         RowLengthsInUse(self)
     }
 
@@ -188,14 +196,15 @@ impl Store {
     /// The best `depth` chunks by BM25 for `fts_query` (an FTS5 MATCH
     /// expression), of any branch: FTS5 ranks alone, with no join per match.
     /// `frequencies`: the phrases' document frequencies, as [`Store::bm25_of`]
-    /// takes them (`None`, and `bm25()`: FTS5 counts them).
+    /// takes them (`None`, and `bm25()`: FTS5 counts them). With `ken_bm25`,
+    /// also every matching row's score, as [`Store::bm25_of`] would give it.
     pub fn lexical_ranked(
         &self,
         fts_query: &str,
         frequencies: Option<&[u8]>,
         depth: usize,
         ranking: Bm25Ranking,
-    ) -> Result<Vec<(i64, f64)>> {
+    ) -> Result<LexicalRanking> {
         let (ws, wp, wb) = ranking.weights;
         let rank = if ranking.stock {
             format!("bm25(chunks_fts, {ws}, {wp}, {wb})")
@@ -211,11 +220,17 @@ impl Store {
         if !ranking.stock {
             args.push(&frequencies);
         }
+        let recording = self.bm25.record_scores();
         let ranked = stmt
             .query_map(&*args, |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()
             .context("lexical search failed")?;
-        Ok(ranked)
+        // The statement was reset as its rows were dropped: the ranking has
+        // handed over its scores.
+        Ok(LexicalRanking {
+            top: ranked,
+            scores: recording.last(),
+        })
     }
 
     /// The first `limit` of `ranked` (chunk ids, in order) that `filter` lets through.

@@ -95,8 +95,8 @@ pub struct Store {
     /// The database; only `src/store/` reads it.
     conn: Connection,
     pub dir: PathBuf,
-    /// The row lengths `ken_bm25` reads on this connection, when set.
-    row_lengths: std::sync::Arc<bm25::LengthSlot>,
+    /// What `ken_bm25` reads and records on this connection.
+    bm25: std::sync::Arc<bm25::Bm25Slot>,
 }
 
 impl Store {

@@ -97,7 +97,7 @@ impl Store {
         Ok(Store {
             conn,
             dir: dir.to_path_buf(),
-            row_lengths: Default::default(),
+            bm25: Default::default(),
         })
     }
 
