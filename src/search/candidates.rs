@@ -738,6 +738,14 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
     const K1: f64 = 1.2;
     const B: f64 = 0.75;
     let (ws, wp, wb) = BM25_WEIGHTS;
+    // Each term's searcher built once for every candidate (`str::matches`
+    // prepared one per call); non-overlapping occurrences, as it counts.
+    let finders: Vec<(memchr::memmem::Finder, f64)> = common
+        .terms
+        .iter()
+        .map(|(term, df)| (memchr::memmem::Finder::new(term.as_bytes()), *df))
+        .collect();
+    let count = |finder: &memchr::memmem::Finder, text: &str| finder.find_iter(text.as_bytes()).count() as f64;
     let avg_len = hits.iter().map(|h| h.content.len() as f64).sum::<f64>() / hits.len().max(1) as f64;
     for hit in hits.iter() {
         let symbol = hit.symbol.as_deref().unwrap_or("").to_lowercase();
@@ -745,10 +753,8 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
         let body = hit.content.to_lowercase();
         let norm = 1.0 - B + B * hit.content.len() as f64 / avg_len.max(1.0);
         let mut extra = 0.0;
-        for (term, df) in &common.terms {
-            let tf = ws * symbol.matches(term.as_str()).count() as f64
-                + wp * path.matches(term.as_str()).count() as f64
-                + wb * body.matches(term.as_str()).count() as f64;
+        for (finder, df) in &finders {
+            let tf = ws * count(finder, &symbol) + wp * count(finder, &path) + wb * count(finder, &body);
             if tf > 0.0 {
                 let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
                 extra += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
@@ -757,5 +763,45 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
         if let Some(c) = candidates.get_mut(&hit.chunk_id).filter(|c| c.bm25 > 0.0) {
             c.bm25 += extra;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A common term counts once per non-overlapping occurrence in the
+    /// lowercased symbol, path and body, each with its column's weight.
+    #[test]
+    fn a_common_term_counts_its_occurrences_in_symbol_path_and_body() {
+        let term = "aa".to_string();
+        let common = CommonTerms {
+            terms: vec![(&term, 10.0)],
+            total: 1000.0,
+        };
+        let hit = |chunk_id, symbol: &str, path: &str, content: &str| SearchHit {
+            chunk_id,
+            symbol: Some(symbol.to_string()),
+            path: path.to_string(),
+            content: content.to_string(),
+            ..Default::default()
+        };
+        let mut hits = vec![hit(1, "AAA", "x/aaaa", "aAaA aa"), hit(2, "b", "y", "bbbbbbb")];
+        let found = || Candidate {
+            bm25: 1.0,
+            ..Default::default()
+        };
+        let mut candidates: HashMap<i64, Candidate> = [(1, found()), (2, found())].into();
+        add_common_term_scores(&mut hits, &mut candidates, &common);
+        // tf = 6 × 1 (symbol) + 2 × 2 (path) + 1 × 3 (body); both bodies of mean length.
+        let tf = 13.0;
+        let idf = ((1000.0f64 - 10.0 + 0.5) / 10.5).ln();
+        let expected = 1.0 + idf * tf * 2.2 / (tf + 1.2);
+        assert!(
+            (candidates[&1].bm25 - expected).abs() < 1e-12,
+            "{}",
+            candidates[&1].bm25
+        );
+        assert_eq!(candidates[&2].bm25, 1.0);
     }
 }

@@ -168,7 +168,38 @@ fn push_stemmed(term: &str, out: &mut String) {
     });
 }
 
+/// Appends one word's index terms, memoized per thread by word (code repeats
+/// its words; splitting and stemming each part again was most of a snippet).
 fn push_word_terms(word: &str, out: &mut String) {
+    thread_local! {
+        static WORDS: RefCell<HashMap<String, String, foldhash::fast::RandomState>> = RefCell::new(HashMap::default());
+    }
+    let append = |terms: &str, out: &mut String| {
+        if !terms.is_empty() {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(terms);
+        }
+    };
+    WORDS.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(terms) = memo.get(word) {
+            append(terms, out);
+            return;
+        }
+        let mut terms = String::new();
+        word_terms(word, &mut terms);
+        append(&terms, out);
+        if memo.len() > 100_000 {
+            memo.clear();
+        }
+        memo.insert(word.to_string(), terms);
+    });
+}
+
+/// One word's index terms: an identifier's joined key, then its parts, stemmed.
+fn word_terms(word: &str, out: &mut String) {
     let parts = split_identifier(word);
     let mut push = |term: &str| {
         if term.len() >= 2 && term.len() <= MAX_TERM_LEN {
@@ -528,6 +559,21 @@ mod tests {
             spaced_identifiers("plain words, ünïcode_näme"),
             "plain words, ünïcode näme"
         );
+    }
+
+    /// A word's terms come from the thread's memo after its first time,
+    /// spaced as when computed; a word with none adds no space.
+    #[test]
+    fn a_words_terms_are_the_same_from_the_memo() {
+        let mut out = String::from("head");
+        index_terms("a getUserName x getUserName", &mut out);
+        assert_eq!(out, "head getusernam get user name getusernam get user name");
+        let mut fresh = String::new();
+        word_terms("getUserName", &mut fresh);
+        assert_eq!(fresh, "getusernam get user name");
+        let mut none = String::new();
+        index_terms("a x a", &mut none);
+        assert_eq!(none, "");
     }
 
     #[test]
