@@ -79,8 +79,8 @@ pub(super) struct CandidateRow {
     signature: Option<Vec<u8>>,
 }
 
-/// What the second connection gives a search: BM25 scores, and rows.
-type ReaderShare = (Vec<(i64, f64)>, HashMap<i64, CandidateRow>);
+/// Candidates' rows, and BM25 scores.
+type ReaderShare = (HashMap<i64, CandidateRow>, Vec<(i64, f64)>);
 
 /// Chunk ids with their cosine similarity to the query, best first.
 type Neighbours = Vec<(i64, f32)>;
@@ -166,13 +166,13 @@ impl Searcher {
         // The lexical ranking scored every row it matched; those it skipped
         // for their bound (a one-shot search, without the rows' lengths) are
         // scored again.
-        let mut only_vector = Vec::new();
+        let mut unscored = Vec::new();
         if vectors.is_some() && req.mode == SearchMode::Hybrid && !matched_terms.is_empty() {
             for (&id, c) in candidates.iter_mut().filter(|(_, c)| c.bm25 == 0.0 && !c.defines.any()) {
                 match match_scores.as_ref().map_or(MatchScore::Unscored, |s| s.of(id)) {
                     MatchScore::Scored(score) => c.bm25 = score,
                     MatchScore::NotMatched => {}
-                    MatchScore::Unscored => only_vector.push(id),
+                    MatchScore::Unscored => unscored.push(id),
                 }
             }
         }
@@ -191,66 +191,20 @@ impl Searcher {
             .as_ref()
             .zip(signature_model.as_deref())
             .map(|(v, model)| (model, v.query.vector.as_slice()));
-        // The rows still to read, in rowid order (neighbours share pages).
         let models = RowModels {
             with_content,
             vector: fill_from.map(|(model, _)| model),
             signature: signatures_from.map(|(model, _)| model),
         };
+        // The rows still to read, in rowid order (neighbours share pages).
         let mut to_read: Vec<i64> = candidates
             .keys()
             .filter(|id| !preloaded.contains_key(id))
             .copied()
             .collect();
         to_read.sort_unstable();
-        // The second connection, on the other core, takes the BM25 of the
-        // candidates the ranking did not score, or else half of the rows.
-        let (theirs, mine): (&[i64], &[i64]) = if only_vector.is_empty() {
-            to_read.split_at(to_read.len() / 2)
-        } else {
-            (&[], &to_read)
-        };
-        let share = !only_vector.is_empty() || theirs.len() >= MIN_ROWS_TO_SHARE;
-        let reader = share.then(|| self.reader()).flatten();
-        let generation = self.store.lexical_generation()?;
-        let branch = self.branch.as_str();
-        let beside = |reader: &std::sync::Mutex<Store>| -> Result<ReaderShare> {
-            let store = reader.lock().unwrap_or_else(|e| e.into_inner());
-            let _snapshot = store.read_snapshot()?;
-            // Its snapshot may be newer than this search's: only if the
-            // chunks are the same are its rows and scores theirs.
-            anyhow::ensure!(
-                store.lexical_generation()? == generation,
-                "the index changed since the search began"
-            );
-            let scores = bm25_of(&store, &matched_terms, &only_vector)?;
-            Ok((scores, read_rows(&store, branch, theirs, models)?))
-        };
-        let mut read_mine = || {
-            let rows = self.read_rows(mine, models);
-            clock.phases.load = clock.lap();
-            rows
-        };
-        let (from_reader, mine) = match reader {
-            Some(reader) => {
-                let (theirs, mine) = workers::beside(|| beside(reader), read_mine);
-                (theirs.ok().and_then(Result::ok), mine)
-            }
-            None => (None, read_mine()),
-        };
-        clock.phases.rescore = clock.lap();
-        preloaded.extend(mine?);
-        // Without the second connection, or if it failed, on this one.
-        let scores = match from_reader {
-            Some((scores, rows)) => {
-                preloaded.extend(rows);
-                scores
-            }
-            None => {
-                preloaded.extend(self.read_rows(theirs, models)?);
-                bm25_of(&self.store, &matched_terms, &only_vector)?
-            }
-        };
+        let (rows, scores) = self.read_on_two_connections(&to_read, &unscored, &matched_terms, models, clock)?;
+        preloaded.extend(rows);
         let (mut hits, chunk_vectors) =
             self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
         for (id, score) in scores {
@@ -270,6 +224,69 @@ impl Searcher {
             with_content,
             chunk_vectors,
         })
+    }
+
+    /// The rows of `to_read`, and the BM25 of `unscored` (candidates the
+    /// lexical ranking skipped). The second connection, on the other core,
+    /// takes the BM25, or else half of the rows, while this one reads the
+    /// rest; without it, or if its snapshot has other chunks than this
+    /// search's, all of it is done here.
+    fn read_on_two_connections(
+        &self,
+        to_read: &[i64],
+        unscored: &[i64],
+        terms: &[(&String, f64)],
+        models: RowModels,
+        clock: &mut PhaseClock,
+    ) -> Result<ReaderShare> {
+        let (theirs, mine) = if unscored.is_empty() {
+            to_read.split_at(to_read.len() / 2)
+        } else {
+            (&[][..], to_read)
+        };
+        let share = !unscored.is_empty() || theirs.len() >= MIN_ROWS_TO_SHARE;
+        let reader = share.then(|| self.reader()).flatten();
+        let generation = self.store.lexical_generation()?;
+        let branch = self.branch.as_str();
+        let beside = |reader: &std::sync::Mutex<Store>| -> Result<ReaderShare> {
+            let store = reader.lock().unwrap_or_else(|e| e.into_inner());
+            let _snapshot = store.read_snapshot()?;
+            // Its snapshot may be newer than this search's: only if the
+            // chunks are the same are its rows and scores theirs.
+            anyhow::ensure!(
+                store.lexical_generation()? == generation,
+                "the index changed since the search began"
+            );
+            Ok((
+                read_rows(&store, branch, theirs, models)?,
+                bm25_of(&store, terms, unscored)?,
+            ))
+        };
+        let mut read_mine = || {
+            let rows = self.read_rows(mine, models);
+            clock.phases.load = clock.lap();
+            rows
+        };
+        let (from_reader, mine) = match reader {
+            Some(reader) => {
+                let (theirs, mine) = workers::beside(|| beside(reader), read_mine);
+                (theirs.ok().and_then(Result::ok), mine)
+            }
+            None => (None, read_mine()),
+        };
+        clock.phases.rescore = clock.lap();
+        let mut rows = mine?;
+        let scores = match from_reader {
+            Some((their_rows, scores)) => {
+                rows.extend(their_rows);
+                scores
+            }
+            None => {
+                rows.extend(self.read_rows(theirs, models)?);
+                bm25_of(&self.store, terms, unscored)?
+            }
+        };
+        Ok((rows, scores))
     }
 
     /// The lexical side; meanwhile, when the search will use the query's
