@@ -760,6 +760,22 @@ fn bench_serve_times_a_real_server_beside_the_same_questions_in_process() {
     let ratio = report["ratios"]["server_over_in_process_p50"].as_f64().unwrap();
     assert!((ratio - server / in_process).abs() < 1e-9, "{report}");
     assert!(report["ratios"]["questions_p50_over_baseline"].as_f64().is_some());
+    // The in-process searches by phase: the lexical side, with the query's
+    // embedding beside it, takes time, and no part of it exceeds it.
+    let phases = report["in_process_phases_p50"].as_array().unwrap();
+    let phase = |name: &str| -> f64 {
+        phases
+            .iter()
+            .find(|p| p[0].as_str().unwrap().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {phases:?}"))[1]
+            .as_f64()
+            .unwrap()
+    };
+    let lexical = phase("lexical side");
+    assert!(lexical > 0.0, "{phases:?}");
+    for part in ["inside it, BM25", "beside it, the query embedding"] {
+        assert!(phase(part) > 0.0 && phase(part) <= lexical, "{part}: {phases:?}");
+    }
     // Every server it started has exited.
     let left = servers_serving(&root);
     assert!(left.is_empty(), "servers left running: {left:?}");
