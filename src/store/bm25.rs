@@ -29,7 +29,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
@@ -39,6 +39,9 @@ use rusqlite::Connection;
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 const NAME: &CStr = c"ken_bm25";
+/// The most rows a ranking keeps the scores of (24 bytes each): a match
+/// wider than this is rare, and its few rows wanted are cheaper scored again.
+const MAX_RECORDED_ROWS: usize = 1 << 20;
 
 /// Each row's length in tokens (all columns, as FTS5's docsize table keeps
 /// it), by rowid, as of one snapshot: exact for every snapshot of the same
@@ -109,8 +112,8 @@ pub(super) fn docsize_total(record: &[u8]) -> Option<u32> {
 pub struct Bm25Slot {
     /// The rows' lengths to read, when the connection has them.
     pub lengths: Mutex<Option<Arc<RowLengths>>>,
-    /// Whether the rankings run now keep every matching row's score ...
-    recording: AtomicBool,
+    /// How many rows' scores the rankings run now keep (0: none) ...
+    recording: AtomicUsize,
     /// ... and the last one's, once its query has finished.
     recorded: Mutex<Option<MatchScores>>,
 }
@@ -119,8 +122,13 @@ impl Bm25Slot {
     /// The rankings run until the guard drops keep every matching row's
     /// score; [`RecordingScores::last`] gives the last one's.
     pub fn record_scores(&self) -> RecordingScores<'_> {
+        self.record_scores_of_at_most(MAX_RECORDED_ROWS)
+    }
+
+    /// The same, a match of more than `rows` rows keeping none.
+    fn record_scores_of_at_most(&self, rows: usize) -> RecordingScores<'_> {
         *self.recorded.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.recording.store(true, Ordering::Relaxed);
+        self.recording.store(rows, Ordering::Relaxed);
         RecordingScores(self)
     }
 }
@@ -137,7 +145,7 @@ impl RecordingScores<'_> {
 
 impl Drop for RecordingScores<'_> {
     fn drop(&mut self) {
-        self.0.recording.store(false, Ordering::Relaxed);
+        self.0.recording.store(0, Ordering::Relaxed);
     }
 }
 
@@ -217,6 +225,8 @@ pub fn register(conn: &Connection, slot: Arc<Bm25Slot>) -> Result<()> {
 struct Recorder {
     slot: Arc<Bm25Slot>,
     rows: Vec<(i64, Option<f64>)>,
+    /// The most rows kept: past that, none.
+    most: usize,
 }
 
 /// What one query's rows share: IDF per phrase, average row length, column
@@ -245,13 +255,25 @@ fn check(rc: c_int) -> Result<(), c_int> {
 
 impl Drop for QueryState {
     fn drop(&mut self) {
-        if let Some(Recorder { slot, rows }) = self.record.take() {
+        if let Some(Recorder { slot, rows, .. }) = self.record.take() {
             *slot.recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(MatchScores::new(rows));
         }
     }
 }
 
 impl QueryState {
+    /// Keeps a row's score when asked to, up to the record's most rows:
+    /// past that the record is dropped (the rows wanted are scored again).
+    fn record_row(&mut self, row: i64, score: Option<f64>) {
+        if let Some(record) = &mut self.record {
+            if record.rows.len() < record.most {
+                record.rows.push((row, score));
+            } else {
+                self.record = None;
+            }
+        }
+    }
+
     /// The `k`-th best score so far, once `k` rows have been scored.
     fn threshold(&self) -> Option<f64> {
         (self.best.len() >= self.k).then(|| self.best.peek().map_or(0.0, |s| f64::from_bits(s.0)))
@@ -317,13 +339,14 @@ unsafe fn new_state(
     let lengths = slot
         .as_ref()
         .and_then(|slot| slot.lengths.lock().unwrap_or_else(|e| e.into_inner()).clone());
-    let record = match slot.as_ref() {
-        Some(s) if s.recording.load(Ordering::Relaxed) => {
+    let record = match slot.as_ref().map(|s| s.recording.load(Ordering::Relaxed)) {
+        Some(most) if most > 0 => {
             // A reference of our own: FTS5 holds the registered one.
             Arc::increment_strong_count(slot);
             Some(Recorder {
                 slot: Arc::from_raw(slot),
                 rows: Vec::new(),
+                most,
             })
         }
         _ => None,
@@ -427,9 +450,7 @@ unsafe fn score_row(
         None => {
             // A row of length 0 scores highest: the bound for any length.
             if state.threshold().is_some_and(|t| state.score(0.0) < t) {
-                if let Some(record) = &mut state.record {
-                    record.rows.push((row, None));
-                }
+                state.record_row(row, None);
                 return Ok(0.0);
             }
             let mut length = 0;
@@ -439,9 +460,7 @@ unsafe fn score_row(
     };
     let score = state.score(length);
     state.keep(score);
-    if let Some(record) = &mut state.record {
-        record.rows.push((row, Some(score)));
-    }
+    state.record_row(row, Some(score));
     Ok(score)
 }
 
@@ -723,5 +742,13 @@ mod tests {
         // Nothing is kept unless asked.
         top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20);
         assert!(slot.record_scores().last().is_none());
+        // A match wider than the rows a record may hold keeps none.
+        let capped = slot.record_scores_of_at_most(expected.len() - 1);
+        top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20);
+        assert!(capped.last().is_none());
+        drop(capped);
+        let fits = slot.record_scores_of_at_most(expected.len());
+        top(&conn, "ken_bm25(t, 20, NULL, 6.0, 2.0, 1.0)", query, 20);
+        assert!(fits.last().is_some());
     }
 }
