@@ -11,12 +11,35 @@ use super::hit::{ExplainFactor, Location, SearchHit};
 /// compounded per listed chunk (×0.95 each) buried the fourth and fifth
 /// functions of the right file; a stronger one traded chunk hits for file recall.
 const SAME_FILE_FACTOR: f64 = 0.9;
+/// The same for a question that asks where or how code does something: it
+/// asks for one place, and the other functions of its file are the
+/// alternatives worth seeing (agent questions' answers were often second
+/// in their file, below a short neighbour: BENCHMARKS.md "Questions ask
+/// for one place"). An issue's title or a description asks for the files
+/// to change: spread.
+const SAME_FILE_FACTOR_FOR_QUESTIONS: f64 = 1.0;
+
+/// How a file already listed competes: [`SAME_FILE_FACTOR`], or
+/// [`SAME_FILE_FACTOR_FOR_QUESTIONS`] for a question asked as one.
+pub(super) fn same_file_share(interrogative: bool) -> f64 {
+    if interrogative {
+        SAME_FILE_FACTOR_FOR_QUESTIONS
+    } else {
+        SAME_FILE_FACTOR
+    }
+}
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
 /// file and any beyond `max_per_file` per file. A hit of a file already
-/// listed competes at `SAME_FILE_FACTOR` times its score, so a second file
-/// comes before the first file's next chunk unless that chunk clearly beats it.
-pub(super) fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option<usize>) -> Vec<SearchHit> {
+/// listed competes at `same_file` times its score ([`same_file_share`]), so
+/// a second file comes before the first file's next chunk unless that chunk
+/// clearly beats it.
+pub(super) fn diversify(
+    hits: Vec<SearchHit>,
+    limit: usize,
+    max_per_file: Option<usize>,
+    same_file: f64,
+) -> Vec<SearchHit> {
     let max_per_file = max_per_file.unwrap_or(usize::MAX).max(1);
     let mut file_numbers: HashMap<&str, usize> = HashMap::new();
     let file_of: Vec<usize> = hits
@@ -36,19 +59,20 @@ pub(super) fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option
             .enumerate()
             .filter_map(|(i, slot)| {
                 let score = slot.as_ref()?.score;
-                Some((i, score * same_file_factor(score, kept_per_file[file_of[i]])))
+                Some((i, score * same_file_factor(score, kept_per_file[file_of[i]], same_file)))
             })
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
         let Some((i, score)) = best else { break };
         let mut hit = pending[i].take().expect("chosen hit is pending");
         let file = file_of[i];
-        if let (Some(explain), true) = (&mut hit.explain, kept_per_file[file] > 0) {
+        let factor = same_file_factor(hit.score, kept_per_file[file], same_file);
+        if let (Some(explain), true) = (&mut hit.explain, factor != 1.0) {
             explain.factors.push(ExplainFactor {
                 reason: match kept_per_file[file] {
                     1 => "a result of its file listed above".to_string(),
                     n => format!("{n} results of its file listed above"),
                 },
-                factor: same_file_factor(hit.score, kept_per_file[file]),
+                factor,
             });
         }
         hit.score = score;
@@ -79,13 +103,13 @@ pub(super) fn diversify(hits: Vec<SearchHit>, limit: usize, max_per_file: Option
 }
 
 /// What a hit's `score` is multiplied by when `earlier` hits of its file are
-/// listed above it: `SAME_FILE_FACTOR` once, inverted for a negative score
-/// (the semantic side can give one) so that it is lowered too.
-fn same_file_factor(score: f64, earlier: usize) -> f64 {
+/// listed above it: `same_file` once, inverted for a negative score (the
+/// semantic side can give one) so that it is lowered too.
+fn same_file_factor(score: f64, earlier: usize, same_file: f64) -> f64 {
     match (earlier, score >= 0.0) {
         (0, _) => 1.0,
-        (_, true) => SAME_FILE_FACTOR,
-        (_, false) => 1.0 / SAME_FILE_FACTOR,
+        (_, true) => same_file,
+        (_, false) => 1.0 / same_file,
     }
 }
 
@@ -114,7 +138,7 @@ mod tests {
             hit("b.rs", 1, 10, 0.85),
             hit("a.rs", 80, 90, 0.80),
         ];
-        let kept = diversify(hits.clone(), 10, None);
+        let kept = diversify(hits.clone(), 10, None, SAME_FILE_FACTOR);
         // c.rs comes before a.rs:20 (0.99 x 0.9 = 0.891); the factor does not
         // compound, so a.rs:60 (0.96 x 0.9 = 0.864) still beats b.rs.
         assert_eq!(
@@ -134,7 +158,7 @@ mod tests {
             "scores fall with rank"
         );
         assert_eq!(
-            order(&diversify(hits.clone(), 10, Some(2))),
+            order(&diversify(hits.clone(), 10, Some(2), SAME_FILE_FACTOR)),
             [
                 ("a.rs".into(), 1),
                 ("c.rs".into(), 1),
@@ -142,7 +166,7 @@ mod tests {
                 ("b.rs".into(), 1)
             ]
         );
-        assert_eq!(diversify(hits.clone(), 2, None).len(), 2);
+        assert_eq!(diversify(hits.clone(), 2, None, SAME_FILE_FACTOR).len(), 2);
         // Negative scores (semantic side) are lowered too, not raised.
         let negative = diversify(
             vec![
@@ -152,8 +176,33 @@ mod tests {
             ],
             3,
             None,
+            SAME_FILE_FACTOR,
         );
         assert_eq!(order(&negative)[1], ("b.rs".into(), 1));
+    }
+
+    /// A question asked as one lists a file's next function at its own
+    /// score; otherwise it competes at a discount and another file's comes first.
+    #[test]
+    fn a_question_asked_as_one_lists_a_files_next_function_at_its_score() {
+        let hit = |path: &str, start: u32, score: f64| SearchHit {
+            path: path.into(),
+            start_line: start,
+            end_line: start + 9,
+            score,
+            ..Default::default()
+        };
+        let hits = vec![hit("a.rs", 1, 1.0), hit("a.rs", 20, 0.8), hit("b.rs", 1, 0.75)];
+        let order =
+            |kept: Vec<SearchHit>| -> Vec<(String, u32)> { kept.into_iter().map(|h| (h.path, h.start_line)).collect() };
+        assert_eq!(
+            order(diversify(hits.clone(), 3, None, same_file_share(true))),
+            [("a.rs".into(), 1), ("a.rs".into(), 20), ("b.rs".into(), 1)]
+        );
+        assert_eq!(
+            order(diversify(hits, 3, None, same_file_share(false))),
+            [("a.rs".into(), 1), ("b.rs".into(), 1), ("a.rs".into(), 20)]
+        );
     }
 
     #[test]
@@ -177,6 +226,7 @@ mod tests {
             ],
             10,
             Some(1),
+            SAME_FILE_FACTOR,
         );
         let places = |h: &SearchHit| (h.path.clone(), h.start_line);
         assert_eq!(

@@ -16,7 +16,7 @@ use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 
 use super::candidates::{Candidate, OVERFETCH};
 use super::definitions::Defines;
-use super::diversity::diversify;
+use super::diversity::{diversify, same_file_share};
 use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
 use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
@@ -319,14 +319,19 @@ fn finish(
     for hit in &mut hits {
         hit.path = format!("{}\u{0}{}", repos[&hit.chunk_id], hit.path);
     }
-    diversify(hits, req.limit, req.max_per_file)
-        .into_iter()
-        .map(|mut hit| {
-            let (repo, path) = hit.path.split_once('\u{0}').unwrap_or_default();
-            let (repo, path) = (repo.to_string(), path.to_string());
-            hit.path = path;
-            finish_hit(&mut hit, None, &query.lexical);
-            EngineHit { repo, hit }
-        })
-        .collect()
+    diversify(
+        hits,
+        req.limit,
+        req.max_per_file,
+        same_file_share(query.intent.interrogative),
+    )
+    .into_iter()
+    .map(|mut hit| {
+        let (repo, path) = hit.path.split_once('\u{0}').unwrap_or_default();
+        let (repo, path) = (repo.to_string(), path.to_string());
+        hit.path = path;
+        finish_hit(&mut hit, None, &query.lexical);
+        EngineHit { repo, hit }
+    })
+    .collect()
 }

@@ -39,7 +39,7 @@ use crate::store::{index_maps, populate_maps, Store};
 
 use candidates::{Candidate, Gathered, VectorSearch, OVERFETCH};
 use definitions::Defines;
-use diversity::diversify;
+use diversity::{diversify, same_file_share};
 use fusion::FusionExplain;
 use hit::finish_hit;
 use query::{Query, Wording};
@@ -310,7 +310,7 @@ impl Searcher {
             hit.score = candidates[&hit.chunk_id].similarity.map_or(0.0, f64::from);
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
-        let mut hits = diversify(hits, limit, None);
+        let mut hits = diversify(hits, limit, None, same_file_share(false));
         self.load_contents(&mut hits)?;
         let q = QueryTerms::default();
         for hit in &mut hits {
@@ -496,7 +496,12 @@ impl Searcher {
                 .then_with(|| a.path.cmp(&b.path))
                 .then_with(|| a.start_line.cmp(&b.start_line))
         });
-        let mut hits = diversify(hits, req.limit, req.max_per_file);
+        let mut hits = diversify(
+            hits,
+            req.limit,
+            req.max_per_file,
+            same_file_share(query.intent.interrogative),
+        );
         if !with_content {
             self.load_contents(&mut hits)?;
         }

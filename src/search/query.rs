@@ -27,7 +27,7 @@ impl Query {
         let wording = Wording::of(text.split_whitespace().count());
         Query {
             text: text.to_string(),
-            intent: QueryIntent::of(&lexical, wording),
+            intent: QueryIntent::of(&lexical, wording, text),
             lexical,
             wording,
             embed_text: crate::embed::text::query_text(text).into_owned(),
@@ -93,10 +93,37 @@ pub(super) struct QueryIntent {
     pub auxiliary: bool,
     /// A question of several words, not a name or a few keywords.
     pub question: bool,
+    /// Asks where or how code does something (`where does ...`, `how is
+    /// ...`, or ends in `?`), as an agent does; not a statement such as an
+    /// issue's title or a doc comment.
+    pub interrogative: bool,
+}
+
+/// Words that open a question about code when a verb follows them
+/// (`which` and `when` also open relative clauses: "which is", "when set").
+const QUESTION_WORDS: &[&str] = &["where", "how", "what", "why", "who"];
+const QUESTION_VERBS: &[&str] = &[
+    "does", "do", "did", "is", "are", "was", "were", "can", "could", "should", "would", "will", "has", "have",
+];
+
+/// Whether `text` asks a question: it ends in `?`, or a question word is
+/// followed by a verb (`where does`, `how is`).
+fn is_interrogative(text: &str) -> bool {
+    if text.trim_end().ends_with('?') {
+        return true;
+    }
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words
+        .windows(2)
+        .any(|pair| QUESTION_WORDS.contains(&pair[0].as_str()) && QUESTION_VERBS.contains(&pair[1].as_str()))
 }
 
 impl QueryIntent {
-    fn of(q: &QueryTerms, wording: Wording) -> QueryIntent {
+    fn of(q: &QueryTerms, wording: Wording, text: &str) -> QueryIntent {
         let any = |pred: &dyn Fn(&str) -> bool| q.terms.iter().any(|t| pred(t));
         QueryIntent {
             tests: any(&|t| t.starts_with("test") || t == "spec"),
@@ -113,6 +140,7 @@ impl QueryIntent {
                     .any(|w| t.starts_with(w))
             }),
             question: wording == Wording::Question,
+            interrogative: wording == Wording::Question && is_interrogative(text),
         }
     }
 }
@@ -131,5 +159,25 @@ mod tests {
         for q in ["", "x", "a b", "a b c", "a b c d", "a  b\tc\nd e"] {
             assert_eq!(wording(q) == Wording::Question, lexical::is_question(q), "{q:?}");
         }
+    }
+
+    /// A question asked as one (a question word and its verb, or a `?`)
+    /// is told apart from a statement: an issue's title, a doc comment
+    /// whose "which" or "how" opens a clause.
+    #[test]
+    fn a_question_asked_as_one_is_told_from_a_statement() {
+        let asks = |q: &str| Query::parse(q).intent.interrogative;
+        assert!(asks("Where does fiber answer 405 Method Not Allowed"));
+        assert!(asks("How does pixi find which display object is under the pointer"));
+        assert!(asks(
+            "the client IP we log is a proxy's - where is the address picked out"
+        ));
+        assert!(asks("Is this a keypad key?"));
+        assert!(!asks("Require a non-empty name for Blueprints"));
+        assert!(!asks(
+            "Returns how many bytes escaping s would add, which is one per delimiter"
+        ));
+        assert!(!asks("When running with --recursive the ignore paths are ignored"));
+        assert!(!asks("where does"), "a name or a few keywords is no question");
     }
 }
