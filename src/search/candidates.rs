@@ -205,8 +205,7 @@ impl Searcher {
         to_read.sort_unstable();
         let (rows, scores) = self.read_on_two_connections(&to_read, &unscored, &matched_terms, models, clock)?;
         preloaded.extend(rows);
-        let (mut hits, chunk_vectors) =
-            self.load_hits(&mut candidates, with_content, fill_from, signatures_from, preloaded)?;
+        let (mut hits, chunk_vectors) = hits_of_rows(&mut candidates, fill_from, signatures_from, preloaded);
         for (id, score) in scores {
             if let Some(c) = candidates.get_mut(&id) {
                 c.bm25 = score;
@@ -246,7 +245,10 @@ impl Searcher {
         };
         let share = !unscored.is_empty() || theirs.len() >= MIN_ROWS_TO_SHARE;
         let reader = share.then(|| self.reader()).flatten();
-        let generation = self.store.lexical_generation()?;
+        let generation = match reader {
+            Some(_) => self.store.lexical_generation()?,
+            None => 0,
+        };
         let branch = self.branch.as_str();
         let beside = |reader: &std::sync::Mutex<Store>| -> Result<ReaderShare> {
             let store = reader.lock().unwrap_or_else(|e| e.into_inner());
@@ -577,56 +579,8 @@ impl Searcher {
             .chunks_of_embeddings(&self.chunk_filter(req), embeddings, fetch)
     }
 
-    /// The candidates' chunks, with their text when `with_content` (else
-    /// [`Self::load_contents`] reads it for the few that are returned). With
-    /// `fill_from` (model, query vector), a candidate that has no similarity
-    /// yet gets it from its stored vector, if it has one; with
-    /// `signatures_from`, its signature similarity likewise. Rows in
-    /// `preloaded` (read with the same `with_content` and models) are not read again.
-    pub(super) fn load_hits(
-        &self,
-        candidates: &mut HashMap<i64, Candidate>,
-        with_content: bool,
-        fill_from: Option<(&str, &[f32])>,
-        signatures_from: Option<(&str, &[f32])>,
-        mut preloaded: HashMap<i64, CandidateRow>,
-    ) -> Result<(Vec<SearchHit>, ChunkVectors)> {
-        let models = RowModels {
-            with_content,
-            vector: fill_from.map(|(model, _)| model),
-            signature: signatures_from.map(|(model, _)| model),
-        };
-        let missing: Vec<i64> = candidates
-            .keys()
-            .filter(|id| !preloaded.contains_key(id))
-            .copied()
-            .collect();
-        preloaded.extend(self.read_rows(&missing, models)?);
-        let mut hits = Vec::with_capacity(candidates.len());
-        let mut vectors = HashMap::new();
-        for (&id, candidate) in candidates.iter_mut() {
-            let row = preloaded.remove(&id).expect("every candidate's row was read");
-            if let (Some(blob), Some((_, query))) = (&row.vector, fill_from) {
-                let vector = crate::store::vectors::decode(blob);
-                if candidate.similarity.is_none() {
-                    candidate.similarity = Some(crate::embed::cosine(query, &vector));
-                }
-                vectors.insert(id, vector);
-            }
-            if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
-                // One vector per name of the chunk, end to end: the nearest counts.
-                candidate.signature_similarity = crate::store::vectors::decode(blob)
-                    .chunks_exact(query.len().max(1))
-                    .map(|v| crate::embed::cosine(query, v))
-                    .reduce(f32::max);
-            }
-            hits.push(row.hit);
-        }
-        Ok((hits, vectors))
-    }
-
     /// The rows of `ids` on this searcher's connection (see [`read_rows`]).
-    fn read_rows(&self, ids: &[i64], models: RowModels) -> Result<HashMap<i64, CandidateRow>> {
+    pub(super) fn read_rows(&self, ids: &[i64], models: RowModels) -> Result<HashMap<i64, CandidateRow>> {
         read_rows(&self.store, &self.branch, ids, models)
     }
 
@@ -655,9 +609,43 @@ impl Searcher {
     }
 }
 
+/// The candidates as hits, from their `rows` (every candidate's, read
+/// with [`read_rows`]). With `fill_from` (model, query vector), a
+/// candidate that has no similarity yet gets it from its stored vector,
+/// if it has one; with `signatures_from`, its signature similarity likewise.
+pub(super) fn hits_of_rows(
+    candidates: &mut HashMap<i64, Candidate>,
+    fill_from: Option<(&str, &[f32])>,
+    signatures_from: Option<(&str, &[f32])>,
+    mut rows: HashMap<i64, CandidateRow>,
+) -> (Vec<SearchHit>, ChunkVectors) {
+    let mut hits = Vec::with_capacity(candidates.len());
+    let mut vectors = HashMap::new();
+    for (&id, candidate) in candidates.iter_mut() {
+        // Callers read every candidate's row; one without is left out, never a panic.
+        let Some(row) = rows.remove(&id) else { continue };
+        if let (Some(blob), Some((_, query))) = (&row.vector, fill_from) {
+            let vector = crate::store::vectors::decode(blob);
+            if candidate.similarity.is_none() {
+                candidate.similarity = Some(crate::embed::cosine(query, &vector));
+            }
+            vectors.insert(id, vector);
+        }
+        if let (Some(blob), Some((_, query))) = (&row.signature, signatures_from) {
+            // One vector per name of the chunk, end to end: the nearest counts.
+            candidate.signature_similarity = crate::store::vectors::decode(blob)
+                .chunks_exact(query.len().max(1))
+                .map(|v| crate::embed::cosine(query, v))
+                .reduce(f32::max);
+        }
+        hits.push(row.hit);
+    }
+    (hits, vectors)
+}
+
 /// What a candidate's row is read with: its text, its vector of a model,
 /// its signature vectors of a model.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct RowModels<'m> {
     pub with_content: bool,
     pub vector: Option<&'m str>,

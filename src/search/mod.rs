@@ -37,7 +37,7 @@ use crate::store::bm25::RowLengths;
 use crate::store::lookup::RowLengthsInUse;
 use crate::store::{index_maps, populate_maps, Store};
 
-use candidates::{Candidate, Gathered, VectorSearch, OVERFETCH};
+use candidates::{hits_of_rows, Candidate, Gathered, RowModels, VectorSearch, OVERFETCH};
 use definitions::Defines;
 use diversity::{diversify, same_file_share};
 use fusion::FusionExplain;
@@ -300,7 +300,9 @@ impl Searcher {
                 candidates.entry(id).or_default().similarity = Some(similarity);
             }
         }
-        let (mut hits, _) = self.load_hits(&mut candidates, false, None, None, HashMap::new())?;
+        let ids: Vec<i64> = candidates.keys().copied().collect();
+        let rows = self.read_rows(&ids, RowModels::default())?;
+        let (mut hits, _) = hits_of_rows(&mut candidates, None, None, rows);
         if let Some((_, path)) = &source {
             if !include_source_file {
                 hits.retain(|h| &h.path != path);

@@ -101,8 +101,8 @@ pub(super) struct QueryIntent {
 
 /// Words that open a question about code when a verb follows them
 /// (`which` and `when` also open relative clauses: "which is", "when set").
-const QUESTION_WORDS: &[&str] = &["where", "how", "what", "why", "who"];
-const QUESTION_VERBS: &[&str] = &[
+const INTERROGATIVES: &[&str] = &["where", "how", "what", "why", "who"];
+const AUXILIARIES: &[&str] = &[
     "does", "do", "did", "is", "are", "was", "were", "can", "could", "should", "would", "will", "has", "have",
 ];
 
@@ -119,7 +119,7 @@ fn is_interrogative(text: &str) -> bool {
         .collect();
     words
         .windows(2)
-        .any(|pair| QUESTION_WORDS.contains(&pair[0].as_str()) && QUESTION_VERBS.contains(&pair[1].as_str()))
+        .any(|pair| INTERROGATIVES.contains(&pair[0].as_str()) && AUXILIARIES.contains(&pair[1].as_str()))
 }
 
 impl QueryIntent {
