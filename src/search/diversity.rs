@@ -11,34 +11,69 @@ use super::hit::{ExplainFactor, Location, SearchHit};
 /// compounded per listed chunk (×0.95 each) buried the fourth and fifth
 /// functions of the right file; a stronger one traded chunk hits for file recall.
 const SAME_FILE_FACTOR: f64 = 0.9;
-/// The same for a question that asks where or how code does something: it
-/// asks for one place, and the other functions of its file are the
-/// alternatives worth seeing (agent questions' answers were often second
-/// in their file, below a short neighbour: BENCHMARKS.md "Questions ask
-/// for one place"). An issue's title or a description asks for the files
-/// to change: spread.
+/// The same for the first results of a question that asks where or how code
+/// does something: it asks for one place, and the other functions of its
+/// file are the alternatives worth seeing (agent questions' answers were
+/// often second in their file, below a short neighbour: BENCHMARKS.md
+/// "Questions ask for one place"). An issue's title or a description asks
+/// for the files to change: spread.
 const SAME_FILE_FACTOR_FOR_QUESTIONS: f64 = 1.0;
+/// How many results a question's one place and its neighbours fill; after
+/// them a question's list spreads over files like any other (a file's fourth
+/// and fifth chunks had pushed the next file out of the first ten).
+const QUESTION_HEAD: usize = 5;
 
-/// How a file already listed competes: [`SAME_FILE_FACTOR`], or
-/// [`SAME_FILE_FACTOR_FOR_QUESTIONS`] for a question asked as one.
-pub(super) fn same_file_share(interrogative: bool) -> f64 {
+/// What a chunk of a file already listed competes at, by how many results
+/// are listed above it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct FileSpread {
+    head: usize,
+    head_share: f64,
+    share: f64,
+}
+
+impl FileSpread {
+    /// [`SAME_FILE_FACTOR`] at every position.
+    pub(super) const EVEN: FileSpread = FileSpread {
+        head: 0,
+        head_share: SAME_FILE_FACTOR,
+        share: SAME_FILE_FACTOR,
+    };
+
+    fn share_at(self, listed: usize) -> f64 {
+        if listed < self.head {
+            self.head_share
+        } else {
+            self.share
+        }
+    }
+}
+
+/// How a file already listed competes: [`FileSpread::EVEN`], or for a
+/// question asked as one [`SAME_FILE_FACTOR_FOR_QUESTIONS`] in its first
+/// [`QUESTION_HEAD`] results.
+pub(super) fn same_file_share(interrogative: bool) -> FileSpread {
     if interrogative {
-        SAME_FILE_FACTOR_FOR_QUESTIONS
+        FileSpread {
+            head: QUESTION_HEAD,
+            head_share: SAME_FILE_FACTOR_FOR_QUESTIONS,
+            share: SAME_FILE_FACTOR,
+        }
     } else {
-        SAME_FILE_FACTOR
+        FileSpread::EVEN
     }
 }
 
 /// Keeps the best hits, dropping any that overlaps a better one in the same
 /// file and any beyond `max_per_file` per file. A hit of a file already
-/// listed competes at `same_file` times its score ([`same_file_share`]), so
+/// listed competes at `spread`'s share of its score ([`same_file_share`]), so
 /// a second file comes before the first file's next chunk unless that chunk
 /// clearly beats it.
 pub(super) fn diversify(
     hits: Vec<SearchHit>,
     limit: usize,
     max_per_file: Option<usize>,
-    same_file: f64,
+    spread: FileSpread,
 ) -> Vec<SearchHit> {
     let max_per_file = max_per_file.unwrap_or(usize::MAX).max(1);
     let mut file_numbers: HashMap<&str, usize> = HashMap::new();
@@ -53,6 +88,7 @@ pub(super) fn diversify(
     let mut pending: Vec<Option<SearchHit>> = hits.into_iter().map(Some).collect();
     let mut kept: Vec<SearchHit> = Vec::with_capacity(limit);
     while kept.len() < limit {
+        let same_file = spread.share_at(kept.len());
         // The best discounted score; the earlier hit on a tie.
         let best = pending
             .iter()
@@ -138,7 +174,7 @@ mod tests {
             hit("b.rs", 1, 10, 0.85),
             hit("a.rs", 80, 90, 0.80),
         ];
-        let kept = diversify(hits.clone(), 10, None, SAME_FILE_FACTOR);
+        let kept = diversify(hits.clone(), 10, None, FileSpread::EVEN);
         // c.rs comes before a.rs:20 (0.99 x 0.9 = 0.891); the factor does not
         // compound, so a.rs:60 (0.96 x 0.9 = 0.864) still beats b.rs.
         assert_eq!(
@@ -158,7 +194,7 @@ mod tests {
             "scores fall with rank"
         );
         assert_eq!(
-            order(&diversify(hits.clone(), 10, Some(2), SAME_FILE_FACTOR)),
+            order(&diversify(hits.clone(), 10, Some(2), FileSpread::EVEN)),
             [
                 ("a.rs".into(), 1),
                 ("c.rs".into(), 1),
@@ -166,7 +202,7 @@ mod tests {
                 ("b.rs".into(), 1)
             ]
         );
-        assert_eq!(diversify(hits.clone(), 2, None, SAME_FILE_FACTOR).len(), 2);
+        assert_eq!(diversify(hits.clone(), 2, None, FileSpread::EVEN).len(), 2);
         // Negative scores (semantic side) are lowered too, not raised.
         let negative = diversify(
             vec![
@@ -176,7 +212,7 @@ mod tests {
             ],
             3,
             None,
-            SAME_FILE_FACTOR,
+            FileSpread::EVEN,
         );
         assert_eq!(order(&negative)[1], ("b.rs".into(), 1));
     }
@@ -203,6 +239,13 @@ mod tests {
             order(diversify(hits, 3, None, same_file_share(false))),
             [("a.rs".into(), 1), ("b.rs".into(), 1), ("a.rs".into(), 20)]
         );
+        // After its first results, a question's list spreads over files: a
+        // sixth chunk of a.rs competes with c.rs at 0.9 of its score.
+        let mut six: Vec<SearchHit> = (0..6).map(|i| hit("a.rs", 1 + 20 * i, 1.0 - 0.01 * i as f64)).collect();
+        six.push(hit("c.rs", 1, 0.9));
+        let kept = order(diversify(six, 7, None, same_file_share(true)));
+        assert!(kept[..5].iter().all(|(path, _)| path == "a.rs"), "{kept:?}");
+        assert_eq!(kept[5], ("c.rs".into(), 1));
     }
 
     #[test]
@@ -226,7 +269,7 @@ mod tests {
             ],
             10,
             Some(1),
-            SAME_FILE_FACTOR,
+            FileSpread::EVEN,
         );
         let places = |h: &SearchHit| (h.path.clone(), h.start_line);
         assert_eq!(

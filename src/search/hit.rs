@@ -175,12 +175,19 @@ pub(super) fn contains_whole(text: &str, fragment: &str) -> bool {
     let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
     let starts_with_name = fragment.chars().next().is_some_and(is_name_char);
     let ends_with_name = fragment.chars().next_back().is_some_and(is_name_char);
+    // `.gitignore`, `.gz`, `.git/info/exclude` name a file, not the member
+    // access that spells them after a name (`opts.ignore`) or calls them
+    // (a chained `.ignore(yes)`).
+    let names_a_file = fragment.strip_prefix('.').is_some_and(|rest| {
+        rest.starts_with(is_name_char) && rest.chars().all(|c| is_name_char(c) || matches!(c, '.' | '/' | '-'))
+    });
     text.match_indices(fragment).any(|(at, _)| {
         let before = text[..at].chars().next_back();
         let after = text[at + fragment.len()..].chars().next();
-        let joins_before = starts_with_name && before.is_some_and(is_name_char);
+        let joins_before = (starts_with_name || names_a_file) && before.is_some_and(is_name_char);
+        let called = names_a_file && after == Some('(');
         let joins_after = ends_with_name && after.is_some_and(is_name_char);
-        !(joins_before || joins_after)
+        !(joins_before || joins_after || called)
     })
 }
 
@@ -289,6 +296,10 @@ mod tests {
         assert!(contains_whole("x = builtin_str(method)", "builtin_str(method)"));
         // Punctuation at the fragment's edge needs no boundary.
         assert!(contains_whole("self.get(key)", ".get("));
+        assert!(contains_whole(r#"let name = ".ignore";"#, ".ignore"));
+        assert!(contains_whole("read .git/info/exclude first", ".git/info/exclude"));
+        assert!(!contains_whole("if opts.ignore || opts.git_ignore", ".ignore"));
+        assert!(!contains_whole("builder .hidden(yes) .ignore(yes)", ".ignore"));
         assert!(contains_whole("--jobs=0 -v", "--jobs=0"));
         assert!(!contains_whole("--jobs=01", "--jobs=0"));
         assert!(contains_whole("é--runxfail", "--runxfail"));

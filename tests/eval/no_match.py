@@ -68,7 +68,10 @@ def main():
     sets = [s for s in args.sets.split(',') if s]
     cases = []
     for s in sets:
-        cases += [dict(c, _set=s) for c in load(os.path.join(args.work, 'cases', s + '.jsonl'))]
+        # build.py writes the generated sets; agent-public ships beside run.py.
+        built = os.path.join(args.work, 'cases', s + '.jsonl')
+        path = built if os.path.exists(built) else os.path.join(args.eval_dir, s + '.jsonl')
+        cases += [dict(c, _set=s) for c in load(path)]
     cases += [dict(c, _set='off-topic', level='off') for c in load(args.off_topic)]
     cases = [c for c in cases if wanted is None or repo_name(c) in wanted]
     groups = collections.OrderedDict()
