@@ -623,6 +623,48 @@ fn identical_code_in_several_files_ranks_once_with_its_copies_listed() {
 }
 
 #[test]
+fn a_shorter_list_is_the_start_of_the_default_one() {
+    // Sixty chunks that share a few of the question's words outrank, by
+    // BM25, the one that quotes its `abs:href`; the rerank's ×3 lifts that
+    // one first, but only from a pool deep enough to hold it.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..60 {
+        write(
+            root,
+            &format!("links_{i}.py"),
+            &format!(
+                "def handler_{i}(doc, base):\n    \"\"\"Walk the relative links of a page.\"\"\"\n    return [join(base, link) for link in doc.links]\n"
+            ),
+        );
+    }
+    for i in 0..300 {
+        write(
+            root,
+            &format!("other_{i}.py"),
+            &format!("def other_{i}(x):\n    \"\"\"Count the href items of a queue number {i}.\"\"\"\n    return abs(len(x))\n"),
+        );
+    }
+    write(
+        root,
+        "attrs.py",
+        "def attribute_value(node, key):\n    step_0 = prepare(value, 0)\n    step_1 = prepare(value, 1)\n    step_2 = prepare(value, 2)\n    step_3 = prepare(value, 3)\n    if key.startswith(\"abs:href\"):\n        return node.absolute(key)\n    return node.get(key)\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let query = "Where are relative links resolved into absolute URLs, e.g. for abs:href?";
+    let listed = |k: usize| -> Vec<String> {
+        let k = k.to_string();
+        let hits = ken_json(root, &["search", "--json", "--mode", "lexical", "-k", &k, query]);
+        paths(hits.as_array().expect("a JSON list"))
+    };
+    let default = listed(10);
+    assert_eq!(default[0], "attrs.py", "{default:?}");
+    for k in [1, 3, 5] {
+        assert_eq!(listed(k), default[..k], "-k {k} against the default ten");
+    }
+}
+
+#[test]
 fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

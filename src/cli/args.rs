@@ -345,7 +345,7 @@ pub(super) struct SearchArgs {
     #[arg(required = true, num_args = 1.., value_name = "QUERY")]
     pub(super) query: Vec<String>,
     /// Number of results.
-    #[arg(short = 'k', long = "limit", default_value_t = 10)]
+    #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT)]
     pub(super) k: usize,
     /// Print results as a JSON list (stable format, see README).
     #[arg(long)]

@@ -18,12 +18,12 @@ use super::definitions::{Defines, Member};
 use super::hit::SearchHit;
 use super::query::{Query, Wording};
 use super::semantic::{QueryVector, SemanticSide};
-use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Searcher};
+use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Searcher, DEFAULT_LIMIT};
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 /// Lexical candidates fetched per requested result, before the rerank.
-pub(super) const OVERFETCH: usize = 8;
+const OVERFETCH: usize = 8;
 /// In hybrid mode the vector side goes this many times deeper than the
 /// lexical side: HNSW neighbours are cheap, and each is scored on both sides.
 const VECTOR_DEPTH_FACTOR: usize = 2;
@@ -98,6 +98,14 @@ struct CommonTerms<'q> {
     total: f64,
 }
 
+/// How many candidates each side fetches for `limit` results: never fewer
+/// than for the default list. Fusion scales each side by its pool, so a pool
+/// that shrank with the limit reordered what a short list shares with the
+/// default one (`-k 5` was not always the first five of `-k 10`).
+pub(super) fn candidate_pool(limit: usize) -> usize {
+    limit.max(DEFAULT_LIMIT) * OVERFETCH
+}
+
 /// What the lexical side found.
 struct LexicalSide<'q> {
     candidates: HashMap<i64, Candidate>,
@@ -132,7 +140,7 @@ impl Searcher {
     /// The query's candidates from both sides, each scored on every side it
     /// can be, and read with their chunks.
     pub(super) fn gather(&self, query: &Query, req: &SearchRequest, clock: &mut PhaseClock) -> Result<Gathered<'_>> {
-        let fetch = (req.limit * OVERFETCH).max(50);
+        let fetch = candidate_pool(req.limit);
         // Semantic mode waits for the model; hybrid answers lexically meanwhile.
         let deferred = req.mode == SearchMode::Hybrid && self.model_deferred();
         let (lexical, prefetched, mut preloaded) =

@@ -14,7 +14,7 @@ use crate::embed::{Embedder, InputKind};
 use crate::source::lexical;
 use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 
-use super::candidates::{Candidate, OVERFETCH};
+use super::candidates::{candidate_pool, Candidate};
 use super::definitions::Defines;
 use super::diversity::{diversify, same_file_share};
 use super::hit::{finish_hit, SearchHit};
@@ -117,7 +117,7 @@ impl EngineSearcher {
         if req.limit == 0 || query.wording == Wording::Blank {
             return Ok(Vec::new());
         }
-        let fetch = (req.limit * OVERFETCH).max(50);
+        let fetch = candidate_pool(req.limit);
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         if req.mode != SearchMode::Semantic {
             for (id, score) in self.lexical_side(&query, fetch)? {

@@ -37,7 +37,7 @@ use crate::store::bm25::RowLengths;
 use crate::store::lookup::RowLengthsInUse;
 use crate::store::{index_maps, populate_maps, Store};
 
-use candidates::{hits_of_rows, Candidate, Gathered, RowModels, VectorSearch, OVERFETCH};
+use candidates::{candidate_pool, hits_of_rows, Candidate, Gathered, RowModels, VectorSearch};
 use definitions::Defines;
 use diversity::{diversify, same_file_share};
 use fusion::FusionExplain;
@@ -50,6 +50,9 @@ pub use hit::{snippet, Explain, ExplainFactor, Location, SearchHit};
 
 /// Why a `max_per_file` of 0 is refused (the CLI and the MCP tools say so).
 pub const MAX_PER_FILE_AT_LEAST_ONE: &str = "must be at least 1 (1 lists each file once)";
+
+/// Results a search lists unless asked for another number.
+pub const DEFAULT_LIMIT: usize = 10;
 
 /// A search request. Filters apply before ranking.
 #[derive(Debug, Clone)]
@@ -72,7 +75,7 @@ impl SearchRequest {
     pub fn new(query: impl Into<String>) -> Self {
         SearchRequest {
             query: query.into(),
-            limit: 10,
+            limit: DEFAULT_LIMIT,
             path_glob: None,
             language: None,
             kind: None,
@@ -294,7 +297,7 @@ impl Searcher {
         };
         self.register_path_filter(None)?;
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
-        for (id, similarity) in self.neighbours(side, &vector, &req, (limit * OVERFETCH).max(50))? {
+        for (id, similarity) in self.neighbours(side, &vector, &req, candidate_pool(limit))? {
             let skip = source.as_ref().is_some_and(|(src_id, _)| *src_id == id);
             if !skip {
                 candidates.entry(id).or_default().similarity = Some(similarity);

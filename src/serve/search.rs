@@ -310,7 +310,7 @@ impl MembersFound {
 
 /// A tool's `limit`: 10 by default, 1 to 100 (0 is an error, not one result).
 fn result_limit(limit: Option<usize>) -> Result<usize, String> {
-    match limit.unwrap_or(10) {
+    match limit.unwrap_or(crate::search::DEFAULT_LIMIT) {
         n @ 1..=100 => Ok(n),
         n => Err(format!("`limit` is {n}: ask for 1 to 100 results")),
     }
