@@ -1073,6 +1073,18 @@ fn missing_paths_and_missing_indexes_are_clear_errors() {
         stderr.contains("--max-per-file") && stderr.contains("at least 1"),
         "{stderr}"
     );
+
+    // No results asked for is a mistake, not "no results".
+    for args in [
+        &["search", "-k", "0", "anything"][..],
+        &["similar", "--limit", "0", "fn f() {}"],
+    ] {
+        let out = ken(tmp.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--limit") && stderr.contains("at least 1"), "{stderr}");
+        assert!(out.stdout.is_empty());
+    }
 }
 
 #[test]

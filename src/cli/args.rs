@@ -58,7 +58,7 @@ pub(super) enum Command {
     Similar {
         /// A code snippet, or `path:line` of an indexed chunk.
         target: String,
-        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT, value_parser = result_count)]
         k: usize,
         /// Keep results from the file the chunk comes from.
         #[arg(long)]
@@ -179,7 +179,7 @@ pub(super) enum EngineCommand {
     Search {
         #[arg(required = true, num_args = 1.., value_name = "QUERY")]
         query: Vec<String>,
-        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT, value_parser = result_count)]
         k: usize,
         #[arg(long, value_name = "GLOB")]
         path: Option<String>,
@@ -197,7 +197,7 @@ pub(super) enum EngineCommand {
     /// HNSW index's recall against an exact scan.
     Bench {
         queries: PathBuf,
-        #[arg(short = 'k', long = "limit", default_value_t = 10)]
+        #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT, value_parser = result_count)]
         k: usize,
     },
 }
@@ -345,7 +345,7 @@ pub(super) struct SearchArgs {
     #[arg(required = true, num_args = 1.., value_name = "QUERY")]
     pub(super) query: Vec<String>,
     /// Number of results.
-    #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT)]
+    #[arg(short = 'k', long = "limit", default_value_t = crate::search::DEFAULT_LIMIT, value_parser = result_count)]
     pub(super) k: usize,
     /// Print results as a JSON list (stable format, see README).
     #[arg(long)]
@@ -620,8 +620,18 @@ impl ImpactArgs {
 
 /// `--max-per-file`: a count of at least one (1 lists each file once).
 fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    positive(text, crate::search::MAX_PER_FILE_AT_LEAST_ONE)
+}
+
+/// `-k`: how many results, at least one (0 would list nothing and say
+/// "no results", as if nothing matched).
+fn result_count(text: &str) -> std::result::Result<usize, String> {
+    positive(text, "must be at least 1 (the number of results to list)")
+}
+
+fn positive(text: &str, why_not_zero: &str) -> std::result::Result<usize, String> {
     match text.parse::<usize>() {
-        Ok(0) => Err(crate::search::MAX_PER_FILE_AT_LEAST_ONE.to_string()),
+        Ok(0) => Err(why_not_zero.to_string()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
