@@ -653,15 +653,49 @@ fn a_shorter_list_is_the_start_of_the_default_one() {
     ken_ok(root, &["index", "--no-embed", "-q"]);
     let query = "Where are relative links resolved into absolute URLs, e.g. for abs:href?";
     let listed = |k: usize| -> Vec<String> {
-        let k = k.to_string();
-        let hits = ken_json(root, &["search", "--json", "--mode", "lexical", "-k", &k, query]);
-        paths(hits.as_array().expect("a JSON list"))
+        paths_and_scores(root, "lexical", k, query)
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect()
     };
     let default = listed(10);
     assert_eq!(default[0], "attrs.py", "{default:?}");
     for k in [1, 3, 5] {
         assert_eq!(listed(k), default[..k], "-k {k} against the default ten");
     }
+}
+
+#[test]
+fn a_longer_list_keeps_the_default_lists_scores() {
+    // `split_word` is found by its definition; by BM25 it lies below the
+    // 120 chunks that call it, outside the default list's pool but inside
+    // a longer list's. It must score as the default list scores it.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for i in 0..120 {
+        write(
+            root,
+            &format!("wrap_{i}.py"),
+            &format!(
+                "def layout_{i}(text, width):\n    \"\"\"Split each long line of the text to fit the wrap width.\"\"\"\n    return [split_word(line, width) for line in text.lines() if long_line(line, width)]\n"
+            ),
+        );
+    }
+    write_unrelated(root, "other", 300);
+    write(
+        root,
+        "words.py",
+        "def split_word(word, width):\n    return [word[i:i + width] for i in range(0, len(word), width)]\n",
+    );
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let query = "Where does split_word cut a long line of text to fit the wrap width?";
+    let default = paths_and_scores(root, "lexical", 10, query);
+    assert_eq!(default[0].0, "words.py", "{default:?}");
+    assert_eq!(
+        paths_and_scores(root, "lexical", 40, query)[..10],
+        default[..],
+        "the first ten of -k 40 against the default list"
+    );
 }
 
 #[test]

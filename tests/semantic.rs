@@ -1121,6 +1121,41 @@ fn a_chunk_packing_small_definitions_has_a_signature_vector_for_each() {
 }
 
 #[test]
+fn a_longer_hybrid_list_keeps_the_default_lists_scores() {
+    model_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // More chunks than a longer list's pool: each side's scale is taken
+    // over the candidates, and must be the default list's at any limit.
+    let topics = [
+        "cache", "retry", "token", "socket", "parser", "queue", "timer", "layout",
+    ];
+    let actions = ["opens", "closes", "checks", "resets", "splits", "merges"];
+    for (n, (topic, action)) in topics
+        .iter()
+        .flat_map(|t| actions.iter().map(move |a| (t, a)))
+        .cycle()
+        .take(400)
+        .enumerate()
+    {
+        write(
+            root,
+            &format!("m{}/f{n}.py", n % 20),
+            &format!("def {action}_{topic}_{n}(value):\n    \"\"\"It {action} the {topic} when the value {n} is due.\"\"\"\n    return value\n"),
+        );
+    }
+    index_json(root);
+    let question = "where does the code reset the retry timer once a token is due?";
+    let default = paths_and_scores(root, "hybrid", 10, question);
+    assert_eq!(default.len(), 10);
+    assert_eq!(
+        paths_and_scores(root, "hybrid", 60, question)[..10],
+        default[..],
+        "the first ten of -k 60 against the default list"
+    );
+}
+
+#[test]
 fn a_chunk_only_the_vectors_found_is_scored_by_bm25_as_the_lexical_side_scores_it() {
     model_dir();
     let tmp = tempfile::tempdir().unwrap();

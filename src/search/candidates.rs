@@ -56,8 +56,13 @@ pub(super) struct Candidate {
     pub(super) signature_similarity: Option<f32>,
     /// Whether the chunk defines one of the query's identifiers, and how well.
     pub(super) defines: Defines,
-    /// Found only by the vector side, below the lexical side's depth.
+    /// Below both sides' first [`candidate_pool`] of the default list:
+    /// scored, but left out of the vector scales and the confidence.
     pub(super) deep: bool,
+    /// Outside the pool the default list would have gathered (a longer list
+    /// searches deeper): left out of every statistic taken over the
+    /// candidates, so a result scores the same whatever the limit.
+    pub(super) beyond_default_pool: bool,
     /// The definitions a query's identifiers name, when they are among
     /// several packed in the chunk: the result is narrowed to their lines,
     /// from the first to the last (overloads of one name stay together).
@@ -399,10 +404,19 @@ impl Searcher {
             (_, Err(why)) if why.is_empty() => None,
             (mode, Ok(side)) => match self.vector_candidates(side, query, req, vector_fetch(mode, fetch), prefetched) {
                 Ok((query, found)) => {
+                    // Depths measured against the default list's pool, not
+                    // this one's: the scales must not move with the limit.
+                    let default_pool = candidate_pool(DEFAULT_LIMIT);
+                    let default_depth = vector_fetch(mode, default_pool);
                     for (rank, (id, similarity)) in found.into_iter().enumerate() {
-                        let c = candidates.entry(id).or_default();
+                        let c = candidates.entry(id).or_insert_with(|| Candidate {
+                            beyond_default_pool: true,
+                            ..Candidate::default()
+                        });
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
-                        c.deep = rank >= fetch && c.bm25 == 0.0;
+                        let lexically_deep = c.bm25 == 0.0 || c.beyond_default_pool;
+                        c.deep = rank >= default_pool && lexically_deep;
+                        c.beyond_default_pool &= rank >= default_depth;
                     }
                     Some(VectorSearch { side, query })
                 }
@@ -428,8 +442,12 @@ impl Searcher {
         let mut scores = None;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
             let ranked = self.lexical_candidates(&terms, req, fetch)?;
-            for (id, rank) in ranked.top {
-                candidates.entry(id).or_default().bm25 = -rank;
+            let default_pool = candidate_pool(DEFAULT_LIMIT);
+            for (position, (id, rank)) in ranked.top.into_iter().enumerate() {
+                let c = candidates.entry(id).or_default();
+                c.bm25 = -rank;
+                c.beyond_default_pool = position >= default_pool;
+                c.deep = c.beyond_default_pool;
             }
             scores = ranked.scores;
         }
@@ -759,7 +777,14 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
         .map(|(term, df)| (memchr::memmem::Finder::new(term.as_bytes()), *df))
         .collect();
     let count = |finder: &memchr::memmem::Finder, text: &str| finder.find_iter(text.as_bytes()).count() as f64;
-    let avg_len = hits.iter().map(|h| h.content.len() as f64).sum::<f64>() / hits.len().max(1) as f64;
+    // The mean over the default list's pool, so the estimate does not move
+    // with the limit.
+    let pooled: Vec<f64> = hits
+        .iter()
+        .filter(|h| candidates.get(&h.chunk_id).is_none_or(|c| !c.beyond_default_pool))
+        .map(|h| h.content.len() as f64)
+        .collect();
+    let avg_len = pooled.iter().sum::<f64>() / pooled.len().max(1) as f64;
     for hit in hits.iter() {
         let symbol = hit.symbol.as_deref().unwrap_or("").to_lowercase();
         let path = hit.path.to_lowercase();

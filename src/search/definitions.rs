@@ -73,7 +73,12 @@ impl Searcher {
         req: &SearchRequest,
     ) -> Result<()> {
         let q = &query.lexical;
-        let best_bm25 = candidates.values().map(|c| c.bm25).fold(0.0f64, f64::max).max(1.0);
+        let best_bm25 = candidates
+            .values()
+            .filter(|c| !c.beyond_default_pool)
+            .map(|c| c.bm25)
+            .fold(0.0f64, f64::max)
+            .max(1.0);
         // Each chunk's definitions of the query's identifiers, with
         // whether another definition is the one asked for. A name or a
         // few keywords type the identifier as meant; a question writes
@@ -98,6 +103,14 @@ impl Searcher {
                 bm25: best_bm25 * 0.5,
                 ..Candidate::default()
             });
+            // Found lexically only past the default list's pool: scored as
+            // the default list scores it, found by its definition alone.
+            if c.beyond_default_pool {
+                *c = Candidate {
+                    bm25: best_bm25 * 0.5,
+                    ..Candidate::default()
+                };
+            }
             // Asked for by one of its definitions: those are the answer.
             let asked = members.iter().any(|(_, outranked)| outranked.is_none());
             c.defines = match members.iter().find_map(|(_, outranked)| *outranked) {

@@ -58,6 +58,17 @@ pub fn search(dir: &Path, query: &str, k: usize) -> Vec<Value> {
         .clone()
 }
 
+/// `ken search --json --mode MODE -k K QUERY`: each result's path and score.
+pub fn paths_and_scores(dir: &Path, mode: &str, k: usize, query: &str) -> Vec<(String, f64)> {
+    let k = k.to_string();
+    let hits = ken_json(dir, &["search", "--json", "--mode", mode, "-k", &k, query]);
+    hits.as_array()
+        .expect("a JSON list")
+        .iter()
+        .map(|h| (h["path"].as_str().unwrap().to_string(), h["score"].as_f64().unwrap()))
+        .collect()
+}
+
 /// Copies a fixture folder, without its `edges.txt` (the expected graph).
 pub fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
