@@ -19,7 +19,7 @@ use super::definitions::Defines;
 use super::diversity::{diversify, same_file_share};
 use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
-use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
+use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest, DEFAULT_LIMIT};
 
 /// Terms in more than this share of chunks match nothing alone when rarer
 /// terms remain, and those in more than the second share only when all are
@@ -118,10 +118,15 @@ impl EngineSearcher {
             return Ok(Vec::new());
         }
         let fetch = candidate_pool(req.limit);
+        // Depths against the default list's pool, as in a local search.
+        let default_pool = candidate_pool(DEFAULT_LIMIT);
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         if req.mode != SearchMode::Semantic {
-            for (id, score) in self.lexical_side(&query, fetch)? {
-                candidates.entry(id).or_default().bm25 = score;
+            for (position, (id, score)) in self.lexical_side(&query, fetch)?.into_iter().enumerate() {
+                let c = candidates.entry(id).or_default();
+                c.bm25 = score;
+                c.deep = position >= default_pool;
+                c.beyond_default_pool = c.deep;
             }
         }
         // As in a local search: a lone identifier that names a definition
@@ -136,9 +141,12 @@ impl EngineSearcher {
             let neighbours = self.engine.nearest(&q, fetch * VECTOR_DEPTH_FACTOR)?;
             for (rank, (id, similarity)) in neighbours.into_iter().enumerate() {
                 let c = candidates.entry(id).or_insert_with(|| Candidate {
-                    deep: rank >= fetch,
+                    deep: true,
+                    beyond_default_pool: true,
                     ..Default::default()
                 });
+                c.deep &= rank >= default_pool;
+                c.beyond_default_pool &= rank >= default_pool * VECTOR_DEPTH_FACTOR;
                 c.similarity = Some(similarity);
             }
         }
