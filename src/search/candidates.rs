@@ -26,7 +26,7 @@ const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 const OVERFETCH: usize = 8;
 /// In hybrid mode the vector side goes this many times deeper than the
 /// lexical side: HNSW neighbours are cheap, and each is scored on both sides.
-const VECTOR_DEPTH_FACTOR: usize = 2;
+pub(super) const VECTOR_DEPTH_FACTOR: usize = 2;
 /// How deep the lexical ranking goes when filters reject most of the top.
 const MAX_LEXICAL_DEPTH: usize = 20_000;
 /// Fewer rows to read than this are not worth a second thread.
@@ -73,6 +73,31 @@ impl Candidate {
     /// The similarity the fusion ranks by: after the feedback, if any.
     pub(super) fn ranking_similarity(&self) -> Option<f32> {
         self.feedback_similarity.or(self.similarity)
+    }
+
+    /// A candidate the vector side finds first: outside the default list's
+    /// pool until [`Candidate::ranked_by_vectors`] places it.
+    pub(super) fn found_by_vectors() -> Candidate {
+        Candidate {
+            deep: true,
+            beyond_default_pool: true,
+            ..Candidate::default()
+        }
+    }
+
+    /// The lexical side ranked it `position`th.
+    pub(super) fn ranked_lexically(&mut self, position: usize) {
+        self.beyond_default_pool = position >= candidate_pool(DEFAULT_LIMIT);
+        self.deep = self.beyond_default_pool;
+    }
+
+    /// The vector side ranked it `rank`th, going `depth_factor` times as
+    /// deep as the lexical side. Depths count against the default list's
+    /// pool, not this search's: the scales must not move with the limit.
+    pub(super) fn ranked_by_vectors(&mut self, rank: usize, depth_factor: usize) {
+        let pool = candidate_pool(DEFAULT_LIMIT);
+        self.deep &= rank >= pool;
+        self.beyond_default_pool &= rank >= pool * depth_factor;
     }
 }
 
@@ -404,19 +429,11 @@ impl Searcher {
             (_, Err(why)) if why.is_empty() => None,
             (mode, Ok(side)) => match self.vector_candidates(side, query, req, vector_fetch(mode, fetch), prefetched) {
                 Ok((query, found)) => {
-                    // Depths measured against the default list's pool, not
-                    // this one's: the scales must not move with the limit.
-                    let default_pool = candidate_pool(DEFAULT_LIMIT);
-                    let default_depth = vector_fetch(mode, default_pool);
+                    let depth_factor = vector_depth_factor(mode);
                     for (rank, (id, similarity)) in found.into_iter().enumerate() {
-                        let c = candidates.entry(id).or_insert_with(|| Candidate {
-                            beyond_default_pool: true,
-                            ..Candidate::default()
-                        });
+                        let c = candidates.entry(id).or_insert_with(Candidate::found_by_vectors);
                         c.similarity = Some(c.similarity.map_or(similarity, |s| s.max(similarity)));
-                        let lexically_deep = c.bm25 == 0.0 || c.beyond_default_pool;
-                        c.deep = rank >= default_pool && lexically_deep;
-                        c.beyond_default_pool &= rank >= default_depth;
+                        c.ranked_by_vectors(rank, depth_factor);
                     }
                     Some(VectorSearch { side, query })
                 }
@@ -442,12 +459,10 @@ impl Searcher {
         let mut scores = None;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
             let ranked = self.lexical_candidates(&terms, req, fetch)?;
-            let default_pool = candidate_pool(DEFAULT_LIMIT);
             for (position, (id, rank)) in ranked.top.into_iter().enumerate() {
                 let c = candidates.entry(id).or_default();
                 c.bm25 = -rank;
-                c.beyond_default_pool = position >= default_pool;
-                c.deep = c.beyond_default_pool;
+                c.ranked_lexically(position);
             }
             scores = ranked.scores;
         }
@@ -752,10 +767,15 @@ fn nearest_embeddings(side: &SemanticSide, vector: &[f32], fetch: usize) -> Resu
 
 /// How many vector neighbours a search of `mode` takes.
 fn vector_fetch(mode: SearchMode, fetch: usize) -> usize {
+    fetch * vector_depth_factor(mode)
+}
+
+/// How many times deeper than the lexical side the vector side goes.
+fn vector_depth_factor(mode: SearchMode) -> usize {
     if mode == SearchMode::Hybrid {
-        fetch * VECTOR_DEPTH_FACTOR
+        VECTOR_DEPTH_FACTOR
     } else {
-        fetch
+        1
     }
 }
 
@@ -779,12 +799,11 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
     let count = |finder: &memchr::memmem::Finder, text: &str| finder.find_iter(text.as_bytes()).count() as f64;
     // The mean over the default list's pool, so the estimate does not move
     // with the limit.
-    let pooled: Vec<f64> = hits
+    let (pooled_len, pooled) = hits
         .iter()
         .filter(|h| candidates.get(&h.chunk_id).is_none_or(|c| !c.beyond_default_pool))
-        .map(|h| h.content.len() as f64)
-        .collect();
-    let avg_len = pooled.iter().sum::<f64>() / pooled.len().max(1) as f64;
+        .fold((0.0, 0usize), |(len, n), h| (len + h.content.len() as f64, n + 1));
+    let avg_len = pooled_len / pooled.max(1) as f64;
     for hit in hits.iter() {
         let symbol = hit.symbol.as_deref().unwrap_or("").to_lowercase();
         let path = hit.path.to_lowercase();

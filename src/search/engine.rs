@@ -14,12 +14,12 @@ use crate::embed::{Embedder, InputKind};
 use crate::source::lexical;
 use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 
-use super::candidates::{candidate_pool, Candidate};
+use super::candidates::{candidate_pool, Candidate, VECTOR_DEPTH_FACTOR};
 use super::definitions::Defines;
 use super::diversity::{diversify, same_file_share};
 use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
-use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest, DEFAULT_LIMIT};
+use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
 
 /// Terms in more than this share of chunks match nothing alone when rarer
 /// terms remain, and those in more than the second share only when all are
@@ -29,8 +29,6 @@ const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
 /// BM25's parameters (the local index's `ken_bm25`).
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
-/// The vector side goes this many times deeper than the lexical side (as in the local search).
-const VECTOR_DEPTH_FACTOR: usize = 2;
 
 /// A hit of the engine: the repository and the hit in it.
 #[derive(Debug, Clone)]
@@ -118,15 +116,12 @@ impl EngineSearcher {
             return Ok(Vec::new());
         }
         let fetch = candidate_pool(req.limit);
-        // Depths against the default list's pool, as in a local search.
-        let default_pool = candidate_pool(DEFAULT_LIMIT);
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         if req.mode != SearchMode::Semantic {
             for (position, (id, score)) in self.lexical_side(&query, fetch)?.into_iter().enumerate() {
                 let c = candidates.entry(id).or_default();
                 c.bm25 = score;
-                c.deep = position >= default_pool;
-                c.beyond_default_pool = c.deep;
+                c.ranked_lexically(position);
             }
         }
         // As in a local search: a lone identifier that names a definition
@@ -140,13 +135,8 @@ impl EngineSearcher {
             let q = QueryEmbedding { embedder, vector };
             let neighbours = self.engine.nearest(&q, fetch * VECTOR_DEPTH_FACTOR)?;
             for (rank, (id, similarity)) in neighbours.into_iter().enumerate() {
-                let c = candidates.entry(id).or_insert_with(|| Candidate {
-                    deep: true,
-                    beyond_default_pool: true,
-                    ..Default::default()
-                });
-                c.deep &= rank >= default_pool;
-                c.beyond_default_pool &= rank >= default_pool * VECTOR_DEPTH_FACTOR;
+                let c = candidates.entry(id).or_insert_with(Candidate::found_by_vectors);
+                c.ranked_by_vectors(rank, VECTOR_DEPTH_FACTOR);
                 c.similarity = Some(similarity);
             }
         }

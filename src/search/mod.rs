@@ -297,10 +297,16 @@ impl Searcher {
         };
         self.register_path_filter(None)?;
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
-        for (id, similarity) in self.neighbours(side, &vector, &req, candidate_pool(limit))? {
+        for (rank, (id, similarity)) in self
+            .neighbours(side, &vector, &req, candidate_pool(limit))?
+            .into_iter()
+            .enumerate()
+        {
             let skip = source.as_ref().is_some_and(|(src_id, _)| *src_id == id);
             if !skip {
-                candidates.entry(id).or_default().similarity = Some(similarity);
+                let c = candidates.entry(id).or_insert_with(Candidate::found_by_vectors);
+                c.ranked_by_vectors(rank, 1);
+                c.similarity = Some(similarity);
             }
         }
         let ids: Vec<i64> = candidates.keys().copied().collect();
