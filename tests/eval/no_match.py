@@ -2,7 +2,7 @@
 """Measures ken's "no strong match" flag (`ken search --confidence`).
 
   no_match.py --ken BIN --mode lexical|hybrid [--work /tmp/ken-eval]
-              [--sets agent-public,doc-public,ident-public,swe-public]
+              [--sets agent-public,doc-public,ident-public,swe-public,path/to/set.jsonl]
               [--repos ripgrep,jsoup] [--off-topic tests/eval/off-topic.jsonl]
               [--eval-dir /work/shared/eval] [--out results.json]
 
@@ -68,9 +68,13 @@ def main():
     sets = [s for s in args.sets.split(',') if s]
     cases = []
     for s in sets:
-        # build.py writes the generated sets; agent-public ships beside run.py.
-        built = os.path.join(args.work, 'cases', s + '.jsonl')
-        path = built if os.path.exists(built) else os.path.join(args.eval_dir, s + '.jsonl')
+        # A path names its own file (tests/eval/agent-unseen.jsonl); build.py
+        # writes the generated sets; agent-public ships beside run.py.
+        if s.endswith('.jsonl'):
+            path, s = s, os.path.basename(s)[:-len('.jsonl')]
+        else:
+            built = os.path.join(args.work, 'cases', s + '.jsonl')
+            path = built if os.path.exists(built) else os.path.join(args.eval_dir, s + '.jsonl')
         cases += [dict(c, _set=s) for c in load(path)]
     cases += [dict(c, _set='off-topic', level='off') for c in load(args.off_topic)]
     cases = [c for c in cases if wanted is None or repo_name(c) in wanted]

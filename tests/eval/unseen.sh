@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Checks out the repositories of agent-unseen.jsonl (held-out agent questions,
+# written blind to ken's results) at the commits their gold spans were read at.
+#
+#   tests/eval/unseen.sh [--mirror-root DIR] [WORK]
+#
+# WORK defaults to $KEN_EVAL_WORK or /tmp/ken-eval (as for run.py); the repositories
+# land in WORK/unseen/<name>. With --mirror-root, clones come from DIR/<owner>+<name>/repo
+# (what the library's fetch writes); otherwise from GitHub. Then, for example:
+#
+#   python3 ../shared/eval/run.py --set tests/eval/agent-unseen.jsonl \
+#     --tool 'target/release/ken search --json --mode hybrid -k {k} {query}' \
+#     --index 'target/release/ken index . -q'
+set -euo pipefail
+
+mirror_root=""
+if [ "${1:-}" = --mirror-root ]; then
+    mirror_root=$2
+    shift 2
+fi
+work=${1:-${KEN_EVAL_WORK:-/tmp/ken-eval}}
+
+# name, GitHub owner/name, commit
+repos=(
+    "chi go-chi/chi 735ae2b87f8c733d616e809ae86e0985c1bc3350"
+    "fd sharkdp/fd ee20f426ddf338ac7ead5c5f00ea49258005caaf"
+    "javapoet square/javapoet b9017a9503b76e11b4ad4c1a9f050e2d29112cb0"
+)
+
+mkdir -p "$work/unseen"
+for entry in "${repos[@]}"; do
+    read -r name slug commit <<<"$entry"
+    dest=$work/unseen/$name
+    if [ ! -d "$dest/.git" ]; then
+        if [ -n "$mirror_root" ]; then
+            src=$mirror_root/${slug/\//+}/repo
+        else
+            src=https://github.com/$slug
+        fi
+        git clone -q "$src" "$dest"
+    fi
+    git -C "$dest" -c advice.detachedHead=false checkout -q "$commit"
+    echo "$dest at $(git -C "$dest" rev-parse --short HEAD)"
+done
