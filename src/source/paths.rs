@@ -33,7 +33,10 @@ pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
 pub fn is_test_path(path: &str) -> bool {
     let mut segments = path.split('/');
     let file = segments.next_back().unwrap_or_default();
-    segments.any(is_test_folder) || is_test_file_name(file)
+    // A Maven or Gradle main source set holds the product, whatever its
+    // classes are called (javapoet's `MethodSpec`, a test library's `BaseTest`).
+    let main_source_set = path.starts_with("src/main/") || path.contains("/src/main/");
+    segments.any(is_test_folder) || (!main_source_set && is_test_file_name(file))
 }
 
 /// Folders that hold tests (`tests/`, `__tests__/`, Go's `testdata/`, the
@@ -66,21 +69,27 @@ fn is_test_folder(folder: &str) -> bool {
 
 /// Test files by name: `test_x.py`, `x_test.go`, `x.test.ts`, `x.spec.js`,
 /// `conftest.py`, and JVM/.NET test classes (`ParserTest.java`, `UtilsTests.cs`;
-/// case matters there, or `Latest.java` would be a test).
+/// case matters there, or `Latest.java` would be a test). `Spec` ends a test
+/// class in Groovy, Kotlin and Scala (Spock, Kotest, ScalaTest); in Java and
+/// C# it ends a product's own types (`MethodSpec`, `KeySpec`).
 fn is_test_file_name(file: &str) -> bool {
     let stem = file.split('.').next().unwrap_or(file);
     let extension = file.rsplit_once('.').map_or("", |(_, extension)| extension);
     let lower_stem = stem.to_ascii_lowercase();
     let lower_file = file.to_ascii_lowercase();
+    let ends_with_suffix = |suffixes: &[&str]| {
+        suffixes
+            .iter()
+            .any(|suffix| stem.len() > suffix.len() && stem.ends_with(suffix))
+    };
     lower_stem.starts_with("test_")
         || lower_stem.ends_with("_test")
         || lower_file.contains(".test.")
         || lower_file.contains(".spec.")
         || lower_file == "conftest.py"
         || (matches!(extension, "java" | "kt" | "scala" | "cs" | "groovy")
-            && ["Test", "Tests", "IT", "Spec"]
-                .iter()
-                .any(|suffix| stem.len() > suffix.len() && stem.ends_with(suffix)))
+            && ends_with_suffix(&["Test", "Tests", "IT"]))
+        || (matches!(extension, "kt" | "scala" | "groovy") && ends_with_suffix(&["Spec"]))
 }
 
 /// Whether `path` lies in the project's documentation (`docs/`,
@@ -192,6 +201,17 @@ mod tests {
         assert!(!is_test_path("src/contest.rs"));
         assert!(!is_test_path("src/main/java/org/x/Latest.java"));
         assert!(!is_test_path("src/main/java/org/x/Test.java"));
+        // `Spec` ends a test class in Groovy, Kotlin and Scala, a type in Java.
+        assert!(is_test_path("src/test/groovy/x/ParserSpec.groovy"));
+        assert!(is_test_path("core/ParserSpec.kt"));
+        assert!(!is_test_path("src/com/squareup/javapoet/MethodSpec.java"));
+        // A main source set holds no tests by name, only by folder.
+        assert!(!is_test_path("src/main/java/com/squareup/javapoet/TypeSpec.java"));
+        assert!(!is_test_path("lib/src/main/kotlin/x/ParserSpec.kt"));
+        assert!(
+            is_test_path("src/main/java/org/x/testing/Fixtures.java"),
+            "a test folder still counts"
+        );
         assert!(!is_test_path("src/attest/verify.rs"));
         assert!(!is_test_path("statsmodels/regression/linear_model.py"));
     }
