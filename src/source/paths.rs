@@ -108,7 +108,8 @@ pub fn is_docs_path(path: &str) -> bool {
 /// Whether `path` lies in a folder of examples, demos, benchmarks or the
 /// project's own tools and scripts, not in its source (`examples/assets/x.json`,
 /// `tools/gen.sh`; but `src/tools/x.rs` is source): the folder nearest the
-/// top that is either kind decides.
+/// top that is either kind decides. A leading `_` or `.` hides a folder from
+/// its build (Go's `_examples/`), not its kind.
 pub fn is_auxiliary_path(path: &str) -> bool {
     const AUXILIARY_FOLDERS: &[&str] = &[
         "example",
@@ -128,7 +129,7 @@ pub fn is_auxiliary_path(path: &str) -> bool {
     let mut folders = path.split('/');
     folders.next_back();
     folders
-        .map(|folder| folder.to_ascii_lowercase())
+        .map(|folder| folder.trim_start_matches(['_', '.']).to_ascii_lowercase())
         .find(|folder| AUXILIARY_FOLDERS.contains(&folder.as_str()) || SOURCE_FOLDERS.contains(&folder.as_str()))
         .is_some_and(|folder| AUXILIARY_FOLDERS.contains(&folder.as_str()))
 }
@@ -223,6 +224,8 @@ mod tests {
             "tools/gen.sh",
             "benches/walk.rs",
             "packages/ui/demo/app.ts",
+            "_examples/rest/main.go",
+            ".scripts/release.sh",
         ] {
             assert!(is_auxiliary_path(auxiliary), "{auxiliary}");
         }
@@ -232,6 +235,7 @@ mod tests {
             "lib/examples/loader.js",
             "examples.py",
             "main.go",
+            "_internal/tools_test.go",
         ] {
             assert!(!is_auxiliary_path(source), "{source}");
         }

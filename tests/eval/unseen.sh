@@ -25,6 +25,7 @@ repos=(
     "chi go-chi/chi 735ae2b87f8c733d616e809ae86e0985c1bc3350"
     "fd sharkdp/fd ee20f426ddf338ac7ead5c5f00ea49258005caaf"
     "javapoet square/javapoet b9017a9503b76e11b4ad4c1a9f050e2d29112cb0"
+    "httpx encode/httpx ae1b9f66238f75ced3ced5e4485408435de10768"
 )
 
 mkdir -p "$work/unseen"
