@@ -31,12 +31,19 @@ pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
 /// A test file or a file in a test folder, by the conventions of the
 /// languages ken reads. The search's rerank and the change impact share it.
 pub fn is_test_path(path: &str) -> bool {
-    let mut segments = path.split('/');
-    let file = segments.next_back().unwrap_or_default();
+    let (folders, file) = path.rsplit_once('/').unwrap_or(("", path));
     // A Maven or Gradle main source set holds the product, whatever its
     // classes are called (javapoet's `MethodSpec`, a test library's `BaseTest`).
-    let main_source_set = path.starts_with("src/main/") || path.contains("/src/main/");
-    segments.any(is_test_folder) || (!main_source_set && is_test_file_name(file))
+    let mut main_source_set = false;
+    let mut previous = "";
+    for folder in folders.split('/') {
+        if is_test_folder(folder) {
+            return true;
+        }
+        main_source_set |= previous == "src" && folder == "main";
+        previous = folder;
+    }
+    !main_source_set && is_test_file_name(file)
 }
 
 /// Folders that hold tests (`tests/`, `__tests__/`, Go's `testdata/`, the

@@ -6,11 +6,12 @@
 #
 # WORK defaults to $KEN_EVAL_WORK or /tmp/ken-eval (as for run.py); the repositories
 # land in WORK/unseen/<name>. With --mirror-root, clones come from DIR/<owner>+<name>/repo
-# (what the library's fetch writes); otherwise from GitHub. Then, for example:
+# (what the library's fetch writes); otherwise from GitHub. Then, with `ken` on PATH
+# (run.py runs each command in the repository's folder), as BENCHMARKS.md measured:
 #
 #   python3 ../shared/eval/run.py --set tests/eval/agent-unseen.jsonl \
-#     --tool 'target/release/ken search --json --mode hybrid -k {k} {query}' \
-#     --index 'target/release/ken index . -q'
+#     --index 'ken index . -q --wait-for-adapter' \
+#     --tool 'ken search --json --mode hybrid -k {k} {query}'
 set -euo pipefail
 
 mirror_root=""
