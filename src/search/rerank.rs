@@ -179,14 +179,20 @@ fn is_test_module_context(context: &str) -> bool {
 fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
     let symbol = hit.symbol.as_deref()?;
     let owner = hit.context.as_deref().and_then(enclosing_type);
-    let said = |words: Vec<String>| !words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.terms));
+    // Said in words, or typed as the identifier it is: `iter_lines` in a
+    // question names that function, not `__iter__`.
+    let said = |name: &str| {
+        let words = lexical::name_words(name);
+        (!words.is_empty() && words.iter().all(|w| lexical::says_name_word(w, &q.worded)))
+            || q.identifiers.contains(&lexical::joined_key(name))
+    };
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .find_map(|name| match &owner {
             Some(owner) if is_constructor(name, owner) => {
-                said(lexical::name_words(owner)).then_some("the question names its type (a constructor)")
+                said(owner).then_some("the question names its type (a constructor)")
             }
-            _ => said(lexical::name_words(name)).then_some("the question says its name"),
+            _ => said(name).then_some("the question says its name"),
         })
 }
 
@@ -317,12 +323,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_question_says_a_name_when_it_has_all_its_words() {
-        let named = |symbol: &str| SearchHit {
+    fn named(symbol: &str) -> SearchHit {
+        SearchHit {
             symbol: Some(symbol.to_string()),
             ..SearchHit::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_question_says_a_name_when_it_has_all_its_words() {
         let q = QueryTerms::parse("Convert to a RGB color object with normalized components");
         assert_eq!(says_name(&named("toRgb"), &q), Some("the question says its name"));
         assert!(
@@ -346,6 +355,23 @@ mod tests {
             "max abbreviates maximum"
         );
         assert!(says_name(&named("min_columns"), &q).is_none());
+    }
+
+    #[test]
+    fn an_identifier_in_a_question_names_itself_not_the_names_of_its_parts() {
+        let q = QueryTerms::parse("When streaming with iter_lines, where are chunks split into lines?");
+        assert!(says_name(&named("iter_lines"), &q).is_some());
+        assert!(says_name(&named("split_lines"), &q).is_some(), "said in words");
+        assert!(
+            says_name(&named("__init__, __iter__"), &q).is_none(),
+            "iter is only a part of iter_lines"
+        );
+        assert!(says_name(&named("iter_chunks"), &q).is_none());
+        let q = QueryTerms::parse("Where are relative links resolved into absolute URLs, e.g. for abs:href?");
+        assert!(
+            says_name(&named("absUrl"), &q).is_some(),
+            "a plural acronym is a word as written"
+        );
     }
 
     #[test]

@@ -365,6 +365,9 @@ pub struct QueryTerms {
     pub spellings: Vec<String>,
     /// Code quoted in the query ([`code_fragments`]), matched verbatim.
     pub fragments: Vec<String>,
+    /// The terms of its words as written, without an identifier's parts:
+    /// `iter_lines` names one function; it does not say `iter`.
+    pub worded: Vec<String>,
 }
 
 impl QueryTerms {
@@ -393,7 +396,8 @@ impl QueryTerms {
         let mut all = Vec::new();
         for (word, prose) in &words {
             let parts = split_identifier(word);
-            if (parts.len() > 1 || single) && word.len() >= 2 && !prose {
+            let identifier = (parts.len() > 1 || single) && word.len() >= 2 && !prose;
+            if identifier {
                 let key = joined_key(word);
                 if !q.identifiers.contains(&key) {
                     q.identifiers.push(key);
@@ -404,7 +408,14 @@ impl QueryTerms {
             }
             let mut terms = String::new();
             push_word_terms(word, &mut terms);
-            all.extend(terms.split(' ').filter(|t| !t.is_empty()).map(str::to_string));
+            // An identifier's first term is its whole word (`URLs`: `url`);
+            // the rest are its parts.
+            for (i, t) in terms.split(' ').filter(|t| !t.is_empty()).enumerate() {
+                if (!identifier || i == 0) && !q.worded.iter().any(|w| w == t) {
+                    q.worded.push(t.to_string());
+                }
+                all.push(t.to_string());
+            }
         }
         for t in &all {
             if !q.terms.contains(t) {
