@@ -727,6 +727,21 @@ fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     assert_eq!(hits[0]["path"], "tests/test_retry.py", "{hits:?}");
 }
 
+/// `ken search --json --explain -k K QUERY` in `root`: the hits.
+fn search_explained(root: &std::path::Path, k: usize, query: &str) -> Vec<Value> {
+    let hits = ken_json(root, &["search", "--json", "--explain", "-k", &k.to_string(), query]);
+    hits.as_array().unwrap().clone()
+}
+
+/// Whether a hit's explanation says it quotes the query's code.
+fn quotes_code(hit: &Value) -> bool {
+    hit["explain"]["factors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["reason"].as_str().unwrap().starts_with("quotes"))
+}
+
 #[test]
 fn code_quoted_in_a_question_finds_the_lines_that_say_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -799,28 +814,65 @@ from .api import get, post
     );
     write_unrelated(root, "httpkit", 30);
     ken_ok(root, &["index", "--no-embed", "-q"]);
-    let quotes = |hit: &Value| {
-        hit["explain"]["factors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["reason"].as_str().unwrap().starts_with("quotes"))
-    };
-    let explained = |query: &str| -> Vec<Value> {
-        let hits = ken_json(root, &["search", "--json", "--explain", "-k", "5", query]);
-        hits.as_array().unwrap().clone()
-    };
+    let explained = |query: &str| search_explained(root, 5, query);
     let hits = explained("httpkit.get is ALWAYS sending content length");
     assert_eq!(hits[0]["path"], "httpkit/models.py", "{hits:?}");
     let package = hits
         .iter()
         .find(|h| h["path"] == "httpkit/__init__.py")
         .expect("the package");
-    assert!(!quotes(package), "{package:?}");
+    assert!(!quotes_code(package), "{package:?}");
     // A line of code that makes the call does quote it.
     let hits = explained("httpkit.get loses the Location header");
     assert_eq!(hits[0]["path"], "httpkit/redirects.py", "{hits:?}");
-    assert!(quotes(&hits[0]), "{hits:?}");
+    assert!(quotes_code(&hits[0]), "{hits:?}");
+}
+
+#[test]
+fn code_quoted_in_a_question_is_not_quoted_by_an_import_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Files that import the quoted class: their import blocks say it verbatim.
+    for name in ["Scheduler", "Pools", "Timers"] {
+        write(
+            root,
+            &format!("src/main/java/kit/{name}.java"),
+            &format!(
+                "package kit;\n\nimport java.util.concurrent.ThreadPoolExecutor;\nimport java.util.List;\n\npublic class {name} {{\n    public List<String> names() {{\n        return List.of(\"{name}\");\n    }}\n}}\n"
+            ),
+        );
+    }
+    write(
+        root,
+        "src/main/java/kit/Workers.java",
+        "package kit;\n\npublic class Workers {\n    /** Changes how many workers the pool keeps when it resizes. */\n    public void resize(Pool pool, int workers) {\n        pool.executor().setCorePoolSize(workers);\n        pool.executor().setMaximumPoolSize(workers);\n    }\n}\n",
+    );
+    write(
+        root,
+        "src/main/java/kit/Pool.java",
+        "package kit;\n\npublic class Pool {\n    public Object make(int workers) {\n        return new java.util.concurrent.ThreadPoolExecutor(workers, workers, 0L, null, null);\n    }\n}\n",
+    );
+    write_unrelated(root, "src/main/java/kit", 20);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let hits = search_explained(
+        root,
+        10,
+        "where does the java.util.concurrent.ThreadPoolExecutor pool size change when workers resize?",
+    );
+    let quoting: Vec<&str> = hits
+        .iter()
+        .filter(|h| quotes_code(h))
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    // Code that constructs it quotes it; an import of it does not.
+    assert_eq!(quoting, ["src/main/java/kit/Pool.java"], "{hits:?}");
+    // The import blocks rank by their words alone, after the code asked for.
+    let first: Vec<&str> = hits[..2].iter().map(|h| h["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        first,
+        ["src/main/java/kit/Pool.java", "src/main/java/kit/Workers.java"],
+        "{hits:?}"
+    );
 }
 
 #[test]

@@ -231,6 +231,7 @@ impl Searcher {
             .map(|(v, model)| (model, v.query.vector.as_slice()));
         let models = RowModels {
             with_content,
+            fragments: query.fragments(req.mode),
             vector: fill_from.map(|(model, _)| model),
             signature: signatures_from.map(|(model, _)| model),
         };
@@ -365,6 +366,7 @@ impl Searcher {
                     let ids: Vec<i64> = candidates.keys().copied().collect();
                     let models = RowModels {
                         with_content: needs_content(common, query.fragments(req.mode)),
+                        fragments: query.fragments(req.mode),
                         vector: vector_model,
                         signature: Some(&signature_model),
                     };
@@ -689,6 +691,9 @@ pub(super) fn hits_of_rows(
 #[derive(Clone, Copy, Default)]
 pub(super) struct RowModels<'m> {
     pub with_content: bool,
+    /// Code the query quotes: the import lines of a chunk that holds it are
+    /// read (an import of it says nothing about where the code is).
+    pub fragments: &'m [String],
     pub vector: Option<&'m str>,
     pub signature: Option<&'m str>,
 }
@@ -698,6 +703,12 @@ fn read_rows(store: &Store, branch: &str, ids: &[i64], models: RowModels) -> Res
     ids.iter()
         .map(|&id| {
             let row = store.chunk_row(branch, id, models.with_content, models.vector, models.signature)?;
+            let text = row.text.unwrap_or_default();
+            let import_lines = if models.fragments.iter().any(|f| text.contains(f.as_str())) {
+                store.chunk_import_lines(id)?
+            } else {
+                Vec::new()
+            };
             let hit = SearchHit {
                 path: row.path,
                 start_line: row.start_line,
@@ -708,12 +719,13 @@ fn read_rows(store: &Store, branch: &str, ids: &[i64], models: RowModels) -> Res
                 language: row.language,
                 snippet: String::new(),
                 context: row.context,
-                content: row.text.unwrap_or_default(),
+                content: text,
                 explain: None,
                 copies: Vec::new(),
                 chunk_id: id,
                 content_hash: row.content_hash,
                 comments: crate::source::chunk::parse_doc_lines(row.comments.as_deref(), row.start_line),
+                import_lines,
             };
             Ok((
                 id,

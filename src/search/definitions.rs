@@ -159,7 +159,7 @@ impl Searcher {
         let text = self.store.chunk_text_and_comments(row.chunk_id).ok().flatten();
         text.is_some_and(|(text, doc)| {
             let doc = crate::source::chunk::parse_doc_lines(doc.as_deref(), 1);
-            contains_whole(&code_words(&text, 1, &doc).join(" "), &row.member.0)
+            contains_whole(&code_words(&text, 1, &doc, &[]).join(" "), &row.member.0)
         })
     }
 }

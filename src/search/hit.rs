@@ -39,6 +39,9 @@ pub struct SearchHit {
     /// The lines (file lines) of its comments and docstrings
     /// (`source::chunk::parse_doc_lines`).
     pub comments: Vec<Option<(u32, u32)>>,
+    /// The lines (file lines) where its import statements start, read only
+    /// for a query that quotes code.
+    pub import_lines: Vec<u32>,
 }
 
 /// Lines of a file, 1-based and inclusive.
@@ -158,13 +161,19 @@ pub fn snippet(content: &str, q: &QueryTerms, max_lines: usize) -> String {
 
 /// The words of a chunk's lines outside its comments and docstrings
 /// (`comments`, lines numbered from `first_line` for the first line of
-/// `content`). A comment and a doc's examples (`>>> r = requests.get(url)`)
-/// show how an API is used; quoting it, a question is after the code itself.
-pub(super) fn code_words<'c>(content: &'c str, first_line: u32, comments: &[Option<(u32, u32)>]) -> Vec<&'c str> {
+/// `content`) and its import statements (`imports`). A comment and a doc's
+/// examples (`>>> r = requests.get(url)`) show how an API is used, an import
+/// that a file uses it; quoting it, a question is after the code itself.
+pub(super) fn code_words<'c>(
+    content: &'c str,
+    first_line: u32,
+    comments: &[Option<(u32, u32)>],
+    imports: &[u32],
+) -> Vec<&'c str> {
     content
         .lines()
         .zip(first_line..)
-        .filter(|&(_, n)| !crate::source::chunk::in_doc(comments, n))
+        .filter(|&(_, n)| !crate::source::chunk::in_doc(comments, n) && !imports.contains(&n))
         .flat_map(|(l, _)| l.split_whitespace())
         .collect()
 }
@@ -266,14 +275,14 @@ mod tests {
         let python = crate::source::lang::by_name("python").unwrap();
         let chunks = crate::source::chunk::chunk_source(Some(python), chunk, &Default::default()).unwrap();
         let comments = crate::source::chunk::parse_doc_lines(chunks[0].comments_label().as_deref(), 10);
-        let words = code_words(chunk, 10, &comments).join(" ");
+        let words = code_words(chunk, 10, &comments, &[]).join(" ");
         assert!(words.contains("session.request(url)"), "{words}");
         assert!(words.contains("def fetch(url):"), "{words}");
         for quoted in ["r.ok", "requests.get(url)", "requests.get above", "session.close()"] {
             assert!(!words.contains(quoted), "{quoted} is not code: {words}");
         }
         // Without comment lines, every line is code.
-        assert!(code_words(chunk, 1, &[]).join(" ").contains("r.ok"));
+        assert!(code_words(chunk, 1, &[], &[]).join(" ").contains("r.ok"));
     }
 
     #[test]
@@ -282,7 +291,7 @@ mod tests {
         let python = crate::source::lang::by_name("python").unwrap();
         let chunks = crate::source::chunk::chunk_source(Some(python), module, &Default::default()).unwrap();
         let comments = crate::source::chunk::parse_doc_lines(chunks[0].comments_label().as_deref(), 1);
-        let words = code_words(module, 1, &comments).join(" ");
+        let words = code_words(module, 1, &comments, &[]).join(" ");
         assert!(!words.contains("kit.get"), "{words}");
         assert!(words.contains("from .api import get"), "{words}");
     }

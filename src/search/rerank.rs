@@ -262,7 +262,7 @@ fn quotes_fragment(hit: &SearchHit, fragments: &[String]) -> bool {
     if fragments.is_empty() {
         return false;
     }
-    let text = code_words(&hit.content, hit.start_line, &hit.comments).join(" ");
+    let text = code_words(&hit.content, hit.start_line, &hit.comments, &hit.import_lines).join(" ");
     fragments
         .iter()
         .any(|f| contains_whole(&text, f) || fragment_names_path(f, &hit.path))

@@ -354,6 +354,17 @@ impl Store {
         Ok(row)
     }
 
+    /// The lines where chunk `id`'s import statements start: the graph's
+    /// import rows within its lines.
+    pub fn chunk_import_lines(&self, id: i64) -> Result<Vec<u32>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT r.line FROM chunks c JOIN refs r ON r.file_id = c.file_id
+             WHERE c.id = ?1 AND r.kind = 'import' AND r.line BETWEEN c.start_line AND c.end_line",
+        )?;
+        let lines = stmt.query_map([id], |r| r.get(0))?;
+        Ok(lines.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The text of chunk `id` with its comments' lines (`None`: no such chunk).
     pub fn chunk_text_and_comments(&self, id: i64) -> Result<Option<(String, Option<String>)>> {
         let mut stmt = self.conn.prepare_cached(
