@@ -857,7 +857,7 @@ fn code_quoted_in_a_question_is_not_quoted_by_an_import_of_it() {
     let hits = search_explained(
         root,
         10,
-        "where does the java.util.concurrent.ThreadPoolExecutor pool size change when workers resize?",
+        "java.util.concurrent.ThreadPoolExecutor pool size does not change when workers resize",
     );
     let quoting: Vec<&str> = hits
         .iter()
