@@ -727,12 +727,6 @@ fn tests_and_docs_folders_rank_after_source_unless_asked_for() {
     assert_eq!(hits[0]["path"], "tests/test_retry.py", "{hits:?}");
 }
 
-/// `ken search --json --explain -k K QUERY` in `root`: the hits.
-fn search_explained(root: &std::path::Path, k: usize, query: &str) -> Vec<Value> {
-    let hits = ken_json(root, &["search", "--json", "--explain", "-k", &k.to_string(), query]);
-    hits.as_array().unwrap().clone()
-}
-
 /// Whether a hit's explanation says it quotes the query's code.
 fn quotes_code(hit: &Value) -> bool {
     hit["explain"]["factors"]
@@ -814,7 +808,7 @@ from .api import get, post
     );
     write_unrelated(root, "httpkit", 30);
     ken_ok(root, &["index", "--no-embed", "-q"]);
-    let explained = |query: &str| search_explained(root, 5, query);
+    let explained = |query: &str| search_explained(root, query, 5);
     let hits = explained("httpkit.get is ALWAYS sending content length");
     assert_eq!(hits[0]["path"], "httpkit/models.py", "{hits:?}");
     let package = hits
@@ -856,8 +850,8 @@ fn code_quoted_in_a_question_is_not_quoted_by_an_import_of_it() {
     ken_ok(root, &["index", "--no-embed", "-q"]);
     let hits = search_explained(
         root,
-        10,
         "java.util.concurrent.ThreadPoolExecutor pool size does not change when workers resize",
+        10,
     );
     let quoting: Vec<&str> = hits
         .iter()
@@ -887,8 +881,7 @@ fn a_question_finds_the_code_that_does_it_before_a_type_that_shares_its_words() 
     write_unrelated(root, "src", 20);
     ken_ok(root, &["index", "--no-embed", "-q"]);
     let first = |query: &str| {
-        let hits = ken_json(root, &["search", "--json", "--explain", "-k", "3", query]);
-        let hit = hits[0].clone();
+        let hit = search_explained(root, query, 3)[0].clone();
         assert_explained(&hit);
         (
             hit["kind"].as_str().unwrap().to_string(),
@@ -1532,9 +1525,8 @@ fn explain_says_how_each_score_was_made() {
         "from auth.jwt import parse_config\n\ndef test_parse_config():\n    assert parse_config('x')\n",
     );
     ken_ok(root, &["index", "--no-embed", "-q"]);
-    let hits = ken_json(root, &["search", "--json", "--explain", "-k", "5", "parse_config"]);
-    let hits = hits.as_array().unwrap();
-    for hit in hits {
+    let hits = search_explained(root, "parse_config", 5);
+    for hit in &hits {
         assert_explained(hit);
         // Lexical only: no vector side to explain.
         assert!(hit["explain"].get("semantic").is_none(), "{hit}");
@@ -1556,22 +1548,11 @@ fn explain_says_how_each_score_was_made() {
         .expect("the test mentions parse_config");
     assert!(reasons(test_hit).contains(&"test code".to_string()), "{test_hit}");
     // A question whose answers share a file: the later ones say so.
-    let hits = ken_json(
-        root,
-        &[
-            "search",
-            "--json",
-            "--explain",
-            "-k",
-            "10",
-            "token secret claims expiry config path",
-        ],
-    );
-    let hits = hits.as_array().unwrap();
+    let hits = search_explained(root, "token secret claims expiry config path", 10);
     hits.iter().for_each(assert_explained);
     let mut seen = std::collections::HashSet::new();
     let mut repeats = 0;
-    for hit in hits {
+    for hit in &hits {
         let repeated = !seen.insert(hit["path"].as_str().unwrap().to_string());
         let said = reasons(hit).iter().any(|r| r.contains("of its file listed above"));
         assert_eq!(repeated, said, "{hit}");

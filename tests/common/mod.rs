@@ -51,11 +51,20 @@ pub fn ken_json(dir: &Path, args: &[&str]) -> Value {
 
 /// `ken search --json -k K QUERY` results.
 pub fn search(dir: &Path, query: &str, k: usize) -> Vec<Value> {
+    search_with(dir, &[], query, k)
+}
+
+/// The same with `--explain`: each result says how its score was made.
+pub fn search_explained(dir: &Path, query: &str, k: usize) -> Vec<Value> {
+    search_with(dir, &["--explain"], query, k)
+}
+
+fn search_with(dir: &Path, flags: &[&str], query: &str, k: usize) -> Vec<Value> {
     let k = k.to_string();
-    ken_json(dir, &["search", "--json", "-k", &k, query])
-        .as_array()
-        .expect("a JSON list")
-        .clone()
+    let mut args = vec!["search", "--json"];
+    args.extend_from_slice(flags);
+    args.extend(["-k", &k, query]);
+    ken_json(dir, &args).as_array().expect("a JSON list").clone()
 }
 
 /// `ken search --json --mode MODE -k K QUERY`: each result's path and score.
