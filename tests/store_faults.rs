@@ -611,7 +611,8 @@ fn random_page_damage_is_found_and_repaired() {
     let root = tmp.path();
     sample_project(root);
     write_unrelated(root, "util", 120);
-    ok(root, &["index", "-q"]);
+    // No background fitter may write while the trials copy and damage it.
+    ok(root, &["index", "-q", "--wait-for-adapter"]);
     let dir = root.join(".ken");
     let db = dir.join("index.db");
     let pristine = tmp.path().join("pristine");
@@ -892,8 +893,9 @@ fn health_reconciles_the_vector_file_after_a_killed_embedding() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     project(root, 40);
-    // An embedded index (its vector file published), then files to embed.
-    ok(root, &["index", "-q"]);
+    // An embedded index (its vector file published, its adapter's fit
+    // done: no fitter runs beside the killed embeddings), then files to embed.
+    ok(root, &["index", "-q", "--wait-for-adapter"]);
     let db = root.join(".ken/index.db");
     let (mut failures, mut mid_pass) = (0, 0);
     for trial in 0..trials() {
