@@ -1721,6 +1721,30 @@ fn a_search_ranks_with_the_term_counts_of_its_index_never_older_ones() {
     assert_eq!(ranked(false), ranked(true));
 }
 
+/// Words no chunk has that only word the question (common English words)
+/// do not flag it; a topic's words still do.
+#[test]
+fn a_question_put_in_words_the_code_lacks_is_not_flagged_for_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    payments_project(root);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let worded = confidence_of(
+        root,
+        "how is a declined card payment tried again several times with a longer delay each round",
+    );
+    assert_ne!(worded["level"], "low", "{worded}");
+    // The topic's own words, absent, still flag it (and are named), the
+    // common ones beside them are not named.
+    let off = confidence_of(
+        root,
+        "how is a declined card payment tried again through the kubernetes ingress",
+    );
+    assert_eq!(off["level"], "low", "{off}");
+    let note = off["note"].as_str().unwrap_or_default();
+    assert!(note.contains("`kubernetes`") && !note.contains("`again`"), "{note}");
+}
+
 #[test]
 fn a_question_the_repository_cannot_answer_is_flagged_and_says_why() {
     let tmp = tempfile::tempdir().unwrap();

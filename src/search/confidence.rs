@@ -9,7 +9,10 @@
 //! words over the answer and the code around it). A question the
 //! repository can answer has its rarer words together in the answer; one it
 //! cannot answer has them nowhere (`kubernetes`, `oauth2` in a terminal
-//! multiplexer) or scattered over unrelated chunks.
+//! multiplexer) or scattered over unrelated chunks. A word no chunk has but
+//! that is only how the question is put (one of the 2,000 most frequent
+//! English words: `turned`, `several`, `picked`) is left out of the rating:
+//! an agent's paraphrase is not a topic the repository lacks.
 //!
 //! When the vectors took part, they are the second witness: a list whose
 //! words only partly match ([`Level::Medium`]) is low when nothing is close

@@ -22,7 +22,7 @@ mod rerank;
 mod semantic;
 mod workers;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -548,18 +548,26 @@ impl Searcher {
         hits: &[SearchHit],
         candidates: &HashMap<i64, Candidate>,
     ) -> Result<Confidence> {
+        // A word no chunk has is evidence the repository cannot answer,
+        // unless it is only how the question is put, a common English word
+        // (`turned`, `several`): such words leave the rating altogether.
+        let (mut absent_words, mut wording) = (Vec::new(), HashSet::new());
+        for (word, whole) in lexical::whole_word_terms(&query.text) {
+            if self.term_frequency(&whole)? > 0 {
+                continue;
+            }
+            if lexical::is_common_english(&word) {
+                wording.insert(whole);
+            } else {
+                absent_words.push(word);
+            }
+        }
         let mut terms = Vec::with_capacity(query.lexical.terms.len());
-        for term in &query.lexical.terms {
+        for term in query.lexical.terms.iter().filter(|t| !wording.contains(*t)) {
             let df = self.term_frequency(term)? as f64;
             terms.push(TermStat { term: term.clone(), df });
         }
         let total = terms.iter().map(|t| t.df).fold(self.chunk_total()?, f64::max);
-        let mut absent_words = Vec::new();
-        for (word, whole) in lexical::whole_word_terms(&query.text) {
-            if self.term_frequency(&whole)? == 0 {
-                absent_words.push(word);
-            }
-        }
         let hit_terms: Vec<_> = hits
             .iter()
             .take(crate::search::confidence::RESULTS_WEIGHED)

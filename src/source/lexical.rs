@@ -121,6 +121,19 @@ pub fn is_question(text: &str) -> bool {
     text.split_whitespace().count() >= QUESTION_WORDS
 }
 
+/// The 2,000 most frequent English words, one a line (`scripts/common-words.py`).
+const COMMON_WORDS: &str = include_str!("common-words.txt");
+
+/// Whether `word` is one of the 2,000 most frequent English words
+/// (`turned`, `several`, `picked`): what a question says it with, not what
+/// it asks about (`kubernetes`, `thumbnails`, `backoff` are not).
+pub fn is_common_english(word: &str) -> bool {
+    static WORDS: OnceLock<std::collections::HashSet<&'static str>> = OnceLock::new();
+    WORDS
+        .get_or_init(|| COMMON_WORDS.lines().collect())
+        .contains(word.to_lowercase().as_str())
+}
+
 /// A lowercase word joined by hyphens (`multi-line`, `built-in`): in a
 /// question it is English, and as an identifier it would match every
 /// `multi_line` and `MultiLine` of the code (ripgrep's "Generates a longer
