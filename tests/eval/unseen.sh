@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Checks out the repositories of agent-unseen.jsonl (held-out agent questions,
-# written blind to ken's results) at the commits their gold spans were read at.
+# Checks out the repositories of agent-unseen.jsonl and agent-unseen-2.jsonl
+# (held-out agent questions, written blind to ken's results; the second set on
+# 2026-11-29, after rules had been read off the first) at the commits their gold
+# spans were read at.
 #
 #   tests/eval/unseen.sh [--mirror-root DIR] [WORK]
 #
@@ -27,6 +29,9 @@ repos=(
     "fd sharkdp/fd ee20f426ddf338ac7ead5c5f00ea49258005caaf"
     "javapoet square/javapoet b9017a9503b76e11b4ad4c1a9f050e2d29112cb0"
     "httpx encode/httpx ae1b9f66238f75ced3ced5e4485408435de10768"
+    "click pallets/click 2c8cd3ac958a7eb316d67f2d316c27086c4c0369"
+    "axios axios/axios 23a25af0688d1db2c396deb09229d2271cc24f6c"
+    "rack rack/rack 8bf4eb078498edc9105fb04add80d89c5340e60b"
 )
 
 mkdir -p "$work/unseen"
