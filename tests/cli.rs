@@ -903,6 +903,31 @@ fn a_question_finds_the_code_that_does_it_before_a_type_that_shares_its_words() 
     );
 }
 
+/// A header a question names ("Cache-Control") is not the identifier of an
+/// accessor named after it: the code that reads the header answers.
+#[test]
+fn a_header_named_in_a_question_is_not_an_identifier_it_asks_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(
+        root,
+        "web/response.py",
+        "class Response:\n    def cache_control(self):\n        return self.headers.get(CACHE_CONTROL)\n",
+    );
+    write(
+        root,
+        "web/compress.py",
+        "def should_compress(status, headers):\n    # Responses marked no-transform stay as they are.\n    if 'no-transform' in headers.get(CACHE_CONTROL, ''):\n        return False\n    return status not in NO_BODY\n",
+    );
+    write_unrelated(root, "web/util", 20);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let question = "Where does the compression skip responses whose Cache-Control header says no-transform?";
+    let hits = search_explained(root, question, 3);
+    assert_eq!(hits[0]["symbol"], "should_compress", "{hits:#?}");
+    // Asked for alone, the name is still the accessor's.
+    assert_eq!(search(root, "Cache-Control", 1)[0]["symbol"], "cache_control");
+}
+
 #[test]
 fn a_definition_whose_name_the_question_says_ranks_first() {
     let tmp = tempfile::tempdir().unwrap();

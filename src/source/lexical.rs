@@ -134,6 +134,16 @@ pub fn is_common_english(word: &str) -> bool {
         .contains(word.to_lowercase().as_str())
 }
 
+/// Capitalized words joined by hyphens, as HTTP headers are named
+/// (`Cache-Control`, `X-Forwarded-For`): in a question the header, not the
+/// accessor a repository may name after it (`cache_control`).
+fn is_header_name(word: &str) -> bool {
+    word.contains('-')
+        && word
+            .split('-')
+            .all(|part| part.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+}
+
 /// A lowercase word joined by hyphens (`multi-line`, `built-in`): in a
 /// question it is English, and as an identifier it would match every
 /// `multi_line` and `MultiLine` of the code (ripgrep's "Generates a longer
@@ -390,8 +400,9 @@ impl QueryTerms {
         for_each_word(text, |w| {
             let start = w.as_ptr() as usize - text.as_ptr() as usize;
             // Not a compound of English ("multi-line", "depth-first") unless
-            // the question writes it as a flag (`--max-count`).
-            let prose = question && is_prose_compound(w) && !text[..start].ends_with('-');
+            // the question writes it as a flag (`--max-count`), nor a header's
+            // name ("Cache-Control"): no identifier is spelled so.
+            let prose = question && (is_prose_compound(w) || is_header_name(w)) && !text[..start].ends_with('-');
             words.push((w.to_string(), prose));
         });
         // Stopwords are whole words of the question, dropped before stemming.
@@ -641,9 +652,16 @@ mod tests {
         // A name or a few keywords keep it: they may be an identifier.
         assert_eq!(QueryTerms::parse("multi-line").identifiers, ["multiline"]);
         assert_eq!(QueryTerms::parse("multi-line search").identifiers, ["multiline"]);
-        // Case or underscores make it an identifier anywhere.
+        // So is a header's name; a lone one may be an identifier.
         let q = QueryTerms::parse("how is the Content-Type header read");
-        assert_eq!(q.identifiers, ["contenttype"]);
+        assert!(q.identifiers.is_empty());
+        assert_eq!(q.worded, ["contenttyp", "content", "type", "header", "read"]);
+        assert_eq!(QueryTerms::parse("Content-Type").identifiers, ["contenttype"]);
+        // Underscores or camelCase make it an identifier anywhere.
+        let q = QueryTerms::parse("how is the max_count-limit read");
+        assert_eq!(q.identifiers, ["maxcountlimit"]);
+        let q = QueryTerms::parse("how is the readFile-sync call made");
+        assert_eq!(q.identifiers, ["readfilesync"]);
     }
 
     #[test]
