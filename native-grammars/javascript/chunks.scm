@@ -5,6 +5,9 @@
 (export_statement declaration: (class_declaration name: (identifier) @name)) @definition.class
 (export_statement declaration: (lexical_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]))) @definition.function
+; A function exported as the module's default (`export default (config) => {...}`):
+; named `default`, as importers know it.
+(export_statement "default" @name value: [(arrow_function) (function_expression)]) @definition.function
 
 (function_declaration name: (identifier) @name) @definition.function
 (generator_function_declaration name: (identifier) @name) @definition.function

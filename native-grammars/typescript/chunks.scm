@@ -10,6 +10,9 @@
 (export_statement declaration: (internal_module name: (_) @name)) @definition.namespace
 (export_statement declaration: (lexical_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)]))) @definition.function
+; A function exported as the module's default (`export default (config) => {...}`):
+; named `default`, as importers know it.
+(export_statement "default" @name value: [(arrow_function) (function_expression)]) @definition.function
 
 (function_declaration name: (identifier) @name) @definition.function
 (generator_function_declaration name: (identifier) @name) @definition.function
