@@ -29,6 +29,12 @@
 (program (lexical_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
 
+; Functions an object literal's properties hold (`onProgress: (e) => {...}`,
+; `transformRequest: [function transformRequest(data) {...}]`) are its methods;
+; inside a function they stay in its chunk.
+(pair key: (property_identifier) @name value: [(arrow_function) (function_expression)]) @definition.method
+(pair key: (property_identifier) @name value: (array [(arrow_function) (function_expression)])) @definition.method
+
 ; Class fields holding functions (`handle = () => {}`) are methods.
 (public_field_definition name: (_) @name value: [(arrow_function) (function_expression)]) @definition.method
 
