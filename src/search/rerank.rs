@@ -215,11 +215,25 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .find_map(|name| match &owner {
+            _ if name == DEFAULT_EXPORT => {
+                said(file_stem(&hit.path)).then_some("the question names its module (a default export)")
+            }
             Some(owner) if is_constructor(name, owner) => {
                 said(owner).then_some("the question names its type (a constructor)")
             }
             _ => said(name).then_some("the question says its name"),
         })
+}
+
+/// The name `chunks.scm` gives an anonymous default export (JavaScript,
+/// TypeScript): importers name it after its file, and so does a question
+/// (`parseHeaders.js`); "defaults" does not name it.
+const DEFAULT_EXPORT: &str = "default";
+
+/// A path's file name without its extensions: `lib/helpers/parseHeaders.js` → `parseHeaders`.
+fn file_stem(path: &str) -> &str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.split('.').next().unwrap_or(name)
 }
 
 /// Names a constructor has, whatever its type: a question names the type
@@ -381,6 +395,17 @@ mod tests {
             "max abbreviates maximum"
         );
         assert!(says_name(&named("min_columns"), &q).is_none());
+        // A default export is named by its module, not by "default".
+        let export = |path: &str| SearchHit {
+            path: path.to_string(),
+            ..named("default")
+        };
+        let q = QueryTerms::parse("where are the raw response headers parsed, with the defaults?");
+        assert_eq!(
+            says_name(&export("lib/helpers/parseHeaders.js"), &q),
+            Some("the question names its module (a default export)")
+        );
+        assert!(says_name(&export("lib/helpers/resolveConfig.js"), &q).is_none());
     }
 
     #[test]
