@@ -127,7 +127,12 @@ impl QueryIntent {
         let any = |pred: &dyn Fn(&str) -> bool| q.terms.iter().any(|t| pred(t));
         QueryIntent {
             tests: any(&|t| t.starts_with("test") || t == "spec"),
-            docs: any(&|t| ["doc", "readm", "document", "guid"].contains(&t)),
+            // "documentation", not "document": an HTML, JSON or uploaded
+            // document is data the code handles (they share a stem).
+            docs: any(&|t| ["doc", "readm", "guid"].contains(&t))
+                || text
+                    .split(|c: char| !c.is_alphanumeric())
+                    .any(|w| w.eq_ignore_ascii_case("documentation")),
             config: any(&|t| {
                 t.starts_with("config")
                     || t.starts_with("setting")

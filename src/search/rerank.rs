@@ -538,6 +538,10 @@ mod tests {
         assert!(intent("changelog entry for retries").changelog);
         assert!(intent("release notes of 2.0").changelog);
         assert!(intent("retry guide in the docs").docs);
+        assert!(intent("where does the documentation explain retries").docs);
+        // A document is data the code handles: the docs are not asked for.
+        assert!(!intent("where is the uploaded document's file name cleaned").docs);
+        assert!(!intent("how is the parsed HTML document serialized").docs);
         let hit = |path: &str, kind: &str, language: &str| SearchHit {
             path: path.into(),
             kind: kind.into(),
