@@ -404,23 +404,12 @@ fn a_crowded_symbol_stays_within_small_budgets() {
     git(dir, &["add", "-A"]);
     // A commit of fixed dates, so a fixed id: at the smallest budget a few
     // tokens of the commit line decide whether a caller fits beside the body.
-    let committed = std::process::Command::new("git")
-        .args([
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-q",
-            "-m",
-            "crowded",
-        ])
-        .env("GIT_AUTHOR_DATE", "2026-01-02T03:04:05Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-02T03:04:05Z")
-        .current_dir(dir)
-        .status()
-        .expect("git runs");
-    assert!(committed.success());
+    let date = "2026-01-02T03:04:05Z";
+    common::git_with_env(
+        dir,
+        &["commit", "-q", "-m", "crowded"],
+        &[("GIT_AUTHOR_DATE", date), ("GIT_COMMITTER_DATE", date)],
+    );
     common::ken_ok(dir, &["index", "--no-embed", "-q"]);
     for budget in [500, 1000, 3000, 16000] {
         let (out, tokens) = context(dir, "crowded", budget);

@@ -43,7 +43,7 @@ pub(crate) fn test_named_after(path: &str, stem: &str) -> bool {
 /// neither. A unit test of the function before a test that reaches it
 /// through a plot or a parser.
 pub(crate) fn test_affinity(test_path: &str, test_name: &str, path: &str, name: &str) -> u8 {
-    let stem = path.rsplit('/').next().unwrap_or(path).split('.').next().unwrap_or("");
+    let stem = crate::source::paths::file_stem(path);
     let flat = |s: &str| -> String {
         s.chars()
             .filter(|c| !matches!(c, '_' | '-'))

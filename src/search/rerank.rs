@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::source::lexical::{self, QueryTerms};
 use crate::source::paths::{
-    is_auxiliary_path, is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path,
+    file_stem, is_auxiliary_path, is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path,
 };
 
 use super::candidates::Candidate;
@@ -230,12 +230,6 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
 /// (`parseHeaders.js`); "defaults" does not name it.
 const DEFAULT_EXPORT: &str = "default";
 
-/// A path's file name without its extensions: `lib/helpers/parseHeaders.js` → `parseHeaders`.
-fn file_stem(path: &str) -> &str {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.split('.').next().unwrap_or(name)
-}
-
 /// Names a constructor has, whatever its type: a question names the type
 /// ("Creates a new searcher builder" for `SearcherBuilder::new`).
 const CONSTRUCTOR_NAMES: &[&str] = &[
@@ -328,8 +322,8 @@ fn fragment_names_path(fragment: &str, path: &str) -> bool {
     if !dotted_name {
         return false;
     }
-    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
-    let stem = file.split_once('.').map_or(file, |(stem, _)| stem);
+    let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let stem = file_stem(path);
     let module = match (dir, stem) {
         (_, "__init__" | "mod" | "index") => dir.to_string(),
         ("", _) => stem.to_string(),

@@ -28,6 +28,13 @@ pub fn compile_path_glob(pattern: &str) -> Result<GlobMatcher> {
         .compile_matcher())
 }
 
+/// A path's file name without its extensions: `lib/helpers/parseHeaders.js`
+/// → `parseHeaders`, `src/app.test.ts` → `app`.
+pub fn file_stem(path: &str) -> &str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.split('.').next().unwrap_or(name)
+}
+
 /// A test file or a file in a test folder, by the conventions of the
 /// languages ken reads. The search's rerank and the change impact share it.
 pub fn is_test_path(path: &str) -> bool {

@@ -111,6 +111,11 @@ pub fn write_unrelated(root: &Path, dir: &str, count: usize) {
 }
 
 pub fn git(dir: &Path, args: &[&str]) {
+    git_with_env(dir, args, &[]);
+}
+
+/// [`git`] with environment variables set (`GIT_COMMITTER_DATE` for a fixed commit id).
+pub fn git_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     let out = Command::new("git")
         .args([
             "-c",
@@ -121,6 +126,7 @@ pub fn git(dir: &Path, args: &[&str]) {
             "init.defaultBranch=main",
         ])
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .output()
         .expect("git runs");
