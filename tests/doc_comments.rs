@@ -181,6 +181,13 @@ fn comments_right_above_a_definition_are_its_doc() {
             "add",
             Some("@doc \"\"\"|Adds.|\"\"\""),
         ),
+        // `@spec` and `@impl` between a def and its `@doc` do not cut it off.
+        (
+            "elixir",
+            "defmodule M do\n  @doc \"Adds.\"\n  @spec add(integer) :: integer\n  @impl true\n  def add(a), do: a\nend\n",
+            "add",
+            Some("@doc \"Adds.\""),
+        ),
     ]);
 }
 

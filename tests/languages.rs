@@ -43,7 +43,7 @@ fn every_language_yields_its_named_definitions() {
             let path = dir.join(file);
             let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert_eq!(
-                lang::for_path(&path).map(|l| l.name),
+                lang::for_source(&path, &source).map(|l| l.name),
                 Some(language.name),
                 "{} is not detected as {}",
                 path.display(),

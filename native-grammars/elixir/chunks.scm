@@ -5,7 +5,7 @@
 ; takes one of three shapes: `def name`, `def name(args)`,
 ; `def name(args) when guard`.
 ; A `@doc` attribute right above a def is its doc (see the end), and joins
-; its chunk; other attributes (`@spec`) are ordinary nodes, not attached.
+; its chunk, as do `@spec`, `@impl` and `@deprecated` between them.
 
 (call
   target: (identifier) @_kw
@@ -74,6 +74,13 @@
   operator: "@"
   operand: (call target: (identifier) @_attr)
   (#any-of? @_attr "doc" "typedoc")) @doc
+
+; `@spec`, `@impl` and `@deprecated` are the attributes of the def below them
+; (`@attribute`: attached like a decorator, not its doc).
+(unary_operator
+  operator: "@"
+  operand: (call target: (identifier) @_attr)
+  (#any-of? @_attr "spec" "impl" "deprecated")) @attribute
 (call
   target: (identifier) @_kw
   (do_block . (unary_operator operator: "@" operand: (call target: (identifier) @_attr)) @doc)

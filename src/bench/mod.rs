@@ -94,7 +94,7 @@ fn run_in(root: &std::path::Path, index_dir: &std::path::Path, opts: &BenchOptio
         .filter_map(|c| std::fs::read(&c.abs_path).ok().map(|b| (c, b)))
         .map(|(c, bytes)| match discover::check_content(&bytes) {
             Ok(text) => {
-                let lang = crate::source::lang::for_path(std::path::Path::new(&c.rel_path));
+                let lang = crate::source::lang::for_source(std::path::Path::new(&c.rel_path), text);
                 crate::source::chunk::chunk_source(lang, text, &limits).map_or(0, |v| v.len())
             }
             Err(_) => 0,

@@ -60,7 +60,7 @@ pub(super) fn chunks(file: &Path, json: bool) -> Result<i32> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let text = crate::source::discover::check_content(&bytes)
         .map_err(|reason| anyhow::anyhow!("{} is not indexed: {}", file.display(), reason.label()))?;
-    let lang = crate::source::lang::for_path(file);
+    let lang = crate::source::lang::for_source(file, text);
     let chunks = crate::source::chunk::chunk_source(lang, text, &crate::source::chunk::ChunkLimits::default())?;
     if json {
         let rows: Vec<serde_json::Value> = chunks

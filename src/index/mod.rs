@@ -340,7 +340,7 @@ fn read_and_chunk(
             content_hash: hash,
         };
     }
-    let language = lang::for_path(Path::new(&candidate.rel_path));
+    let language = lang::for_source(Path::new(&candidate.rel_path), text);
     // A grammar that fails (a broken query) must not lose the file: fall back to line windows.
     let chunked = chunk_and_graph(language, text, limits, graph).or_else(|e| {
         tracing::warn!("{}: {e:#}; indexing it as plain text", candidate.rel_path);

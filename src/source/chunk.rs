@@ -9,7 +9,7 @@
 //! Anything longer than the limits is split at syntax boundaries with a few
 //! lines of overlap. Files without a grammar are cut into line windows.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
@@ -19,8 +19,9 @@ use crate::source::extract::{DefSpan, SymbolRow};
 use crate::source::lang::Language;
 
 /// Bumped when the chunking algorithm changes what it produces. 5: doc
-/// comments (`@doc`) recorded on each symbol.
-const CHUNKER_VERSION: u32 = 5;
+/// comments (`@doc`) recorded on each symbol. 6: a `.h` header written in
+/// C++ is parsed as C++ (`lang::for_source`).
+const CHUNKER_VERSION: u32 = 6;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -388,7 +389,9 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     // `@doc` captured beside a definition (a docstring), by the definition's
     // span; else alone (a comment), attached to what it lies right above.
     let mut inner_docs: HashMap<(usize, std::cmp::Reverse<usize>), (usize, usize)> = HashMap::new();
-    let mut doc_nodes: HashSet<usize> = HashSet::new();
+    // Nodes captured alone as `@doc` or `@attribute`: what attaches to the
+    // definition right below.
+    let mut marked: HashMap<usize, Mark> = HashMap::new();
     let mut comment_rows: Vec<RowSpan> = Vec::new();
     while let Some(m) = matches.next() {
         let mut def_node = None;
@@ -397,6 +400,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
         let mut name_row = None;
         let mut docs: Option<(usize, usize)> = None;
         let mut doc_ids = Vec::new();
+        let mut attribute_ids = Vec::new();
         for cap in m.captures() {
             let cap_name = names[cap.index as usize];
             if let Some(k) = cap_name.strip_prefix("definition.") {
@@ -409,12 +413,15 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
                 doc_ids.push(cap.node.id());
                 comment_rows.push((cap.node.start_position().row, end_row(&cap.node)));
                 docs = Some(widen(docs, cap.node.start_position().row, end_row(&cap.node)));
+            } else if cap_name == "attribute" {
+                attribute_ids.push(cap.node.id());
             }
         }
         // A doc captured with its definition (a docstring) belongs to it
         // alone, not also to a member it may lie right above.
         let (Some(node), Some(kind)) = (def_node, kind) else {
-            doc_nodes.extend(doc_ids);
+            marked.extend(attribute_ids.into_iter().map(|id| (id, Mark::Attribute)));
+            marked.extend(doc_ids.into_iter().map(|id| (id, Mark::Doc)));
             continue;
         };
         let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
@@ -442,7 +449,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     }
     let mut defs: Vec<Def<'t>> = found.into_values().collect();
     let nodes: Vec<Node> = defs.iter().map(|d| d.node).collect();
-    let starts = leading_trivia_starts(root, &nodes, &doc_nodes);
+    let starts = leading_trivia_starts(root, &nodes, &marked);
     for def in &mut defs {
         // A node the walk did not reach (inside an error recovery) asks its siblings.
         let (start, above) = match starts.get(&def.node.id()) {
@@ -450,7 +457,7 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
             None => trivia_start(
                 def.node,
                 std::iter::successors(def.node.prev_sibling(), Node::prev_sibling),
-                &doc_nodes,
+                &marked,
             ),
         };
         def.start_row = start;
@@ -489,8 +496,8 @@ fn clean_name(raw: &str) -> String {
 /// sorted by (start, end descending). One walk down the definitions' ancestors:
 /// `Node::prev_sibling` re-descends from the root on every call, which made a
 /// class or impl with hundreds of members quadratic.
-fn leading_trivia_starts(root: Node, nodes: &[Node], docs: &HashSet<usize>) -> HashMap<usize, TriviaStart> {
-    fn visit(parent: Node, nodes: &[Node], docs: &HashSet<usize>, out: &mut HashMap<usize, TriviaStart>) {
+fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mark>) -> HashMap<usize, TriviaStart> {
+    fn visit(parent: Node, nodes: &[Node], marked: &HashMap<usize, Mark>, out: &mut HashMap<usize, TriviaStart>) {
         let mut cursor = parent.walk();
         let children: Vec<Node> = parent.children(&mut cursor).collect();
         let mut rest = nodes;
@@ -506,14 +513,14 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], docs: &HashSet<usize>) -> H
                 if node.id() == child.id() {
                     out.insert(
                         node.id(),
-                        trivia_start(*child, children[..i].iter().rev().copied(), docs),
+                        trivia_start(*child, children[..i].iter().rev().copied(), marked),
                     );
                 } else {
                     deeper.push(*node);
                 }
             }
             if !deeper.is_empty() {
-                visit(*child, &deeper, docs, out);
+                visit(*child, &deeper, marked, out);
             }
             if rest.is_empty() {
                 break;
@@ -525,7 +532,7 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], docs: &HashSet<usize>) -> H
     for node in top {
         out.insert(node.id(), (node.start_position().row, None));
     }
-    visit(root, &below, docs, &mut out);
+    visit(root, &below, marked, &mut out);
     out
 }
 
@@ -533,9 +540,22 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], docs: &HashSet<usize>) -> H
 /// `@doc` nodes among that trivia.
 type TriviaStart = (usize, Option<(usize, usize)>);
 
-/// `node`'s start row extended over the trivia (and `@doc` nodes, `docs`)
-/// that ends right above it among `before`, its preceding siblings, nearest first.
-fn trivia_start<'t>(node: Node<'t>, before: impl Iterator<Item = Node<'t>>, docs: &HashSet<usize>) -> TriviaStart {
+/// What a chunk query marks a node alone as: a doc (`@doc`) or an attribute
+/// (`@attribute`: Elixir's `@spec` between a def and its `@doc`), both
+/// attached to the definition right below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    Doc,
+    Attribute,
+}
+
+/// `node`'s start row extended over the trivia (and the `marked` nodes) that
+/// ends right above it among `before`, its preceding siblings, nearest first.
+fn trivia_start<'t>(
+    node: Node<'t>,
+    before: impl Iterator<Item = Node<'t>>,
+    marked: &HashMap<usize, Mark>,
+) -> TriviaStart {
     let mut start = node.start_position().row;
     // The doc nodes taken in, nearest first.
     let mut doc_rows: Vec<(usize, usize)> = Vec::new();
@@ -544,8 +564,9 @@ fn trivia_start<'t>(node: Node<'t>, before: impl Iterator<Item = Node<'t>>, docs
         if end_row(&prev) == start && doc_rows.last().is_some_and(|d| d.0 == start) {
             doc_rows.pop();
         }
-        let is_doc = docs.contains(&prev.id());
-        if !(is_doc || is_leading_trivia(prev.kind())) || end_row(&prev) + 1 < start {
+        let mark = marked.get(&prev.id());
+        let is_doc = mark == Some(&Mark::Doc);
+        if !(mark.is_some() || is_leading_trivia(prev.kind())) || end_row(&prev) + 1 < start {
             break;
         }
         start = prev.start_position().row;

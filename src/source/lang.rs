@@ -245,6 +245,80 @@ pub fn for_path(path: &Path) -> Option<&'static Language> {
     registry().iter().find(|l| l.extensions.contains(&ext.as_str()))
 }
 
+/// The language of a file from its name and its text: as [`for_path`], but a
+/// `.h` header written in C++ is C++. Projects in C++ name their headers
+/// `.h` as often as `.hpp`, and the C grammar cannot parse templates,
+/// classes or namespaces (it cut fmt's headers into module-level windows).
+pub fn for_source(path: &Path, text: &str) -> Option<&'static Language> {
+    let lang = for_path(path)?;
+    let header = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("h"));
+    if lang.name == "c" && header && is_cpp_header(text) {
+        return by_name("cpp");
+    }
+    Some(lang)
+}
+
+/// Whether a `.h` file's text is C++: the signs GitHub's linguist reads to
+/// tell C++ headers from C ones (its `cpp` heuristics), which a C header
+/// does not have; its `#ifdef __cplusplus` guard alone is not one.
+fn is_cpp_header(text: &str) -> bool {
+    const STD_HEADERS: &[&str] = &[
+        "cstdint",
+        "cstddef",
+        "string",
+        "vector",
+        "map",
+        "list",
+        "array",
+        "bitset",
+        "queue",
+        "stack",
+        "forward_list",
+        "unordered_map",
+        "unordered_set",
+        "memory",
+        "utility",
+        "type_traits",
+        "iostream",
+        "istream",
+        "ostream",
+    ];
+    if text.contains("std::") || text.contains("__has_cpp_attribute") || text.contains("__cplusplus >") {
+        return true;
+    }
+    // `word` opens the line, then spaces (a template's `<` may follow at
+    // once), then what `next` accepts.
+    let opens = |line: &str, word: &str, next: fn(char) -> bool| {
+        let Some(rest) = line.strip_prefix(word) else {
+            return false;
+        };
+        let after = rest.trim_start();
+        (after.len() < rest.len() || word == "template") && after.chars().next().is_some_and(next)
+    };
+    let name = |c: char| c.is_alphabetic() || c == '_';
+    text.lines().any(|line| {
+        let line = line.trim_start();
+        let include = line
+            .strip_prefix('#')
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix("include"))
+            .map(str::trim_start)
+            .and_then(|l| l.strip_prefix('<'))
+            .and_then(|l| l.split_once('>'))
+            .is_some_and(|(header, _)| STD_HEADERS.contains(&header));
+        include
+            || opens(line, "template", |c| c == '<')
+            || opens(line, "class", name)
+            || opens(line, "namespace", name)
+            || opens(line, "using namespace", name)
+            || opens(line, "constexpr", name)
+            || matches!(line.trim_end(), "public:" | "private:" | "protected:")
+    })
+}
+
 /// The name stored for files without a grammar: chunked by line windows.
 pub const PLAIN_TEXT: &str = "text";
 
@@ -284,5 +358,27 @@ mod tests {
         assert_eq!(for_path(Path::new("Rakefile")).unwrap().name, "ruby");
         assert!(for_path(Path::new("notes.txt")).is_none());
         assert!(for_path(Path::new("Makefile")).is_none());
+    }
+
+    #[test]
+    fn a_header_in_cpp_is_cpp_and_a_c_header_stays_c() {
+        let lang = |path: &str, text: &str| for_source(Path::new(path), text).map(|l| l.name);
+        let cpp = [
+            "namespace fmt {\nint f();\n}\n",
+            "template <typename T>\nstruct box { T value; };\n",
+            "#include <vector>\nint f(void);\n",
+            "struct a {\n public:\n  int x;\n};\n",
+            "class Widget;\n",
+            "inline int f() { return std::max(1, 2); }\n",
+        ];
+        for text in cpp {
+            assert_eq!(lang("include/x.h", text), Some("cpp"), "{text}");
+        }
+        let c = "#ifdef __cplusplus\nextern \"C\" {\n#endif\n#include <stdint.h>\nint classify(int klass);\nint class = 1;\n\
+                 /* the template of a namespace */\nstruct list { struct list *next; };\n";
+        assert_eq!(lang("include/list.h", c), Some("c"));
+        // Only a `.h` is read for it: a `.c` file is C whatever it holds.
+        assert_eq!(lang("src/x.c", "namespace a {}\n"), Some("c"));
+        assert_eq!(lang("src/x.hpp", "int f(void);\n"), Some("cpp"));
     }
 }

@@ -330,7 +330,7 @@ fn definitions<'s>(graph: &Graph, path: &str, source: &'s str) -> Result<Vec<Def
     let rows = match graph.symbols_of_version(path, hash)? {
         Some(rows) => rows,
         None => {
-            let Some(lang) = crate::source::lang::for_path(Path::new(path)) else {
+            let Some(lang) = crate::source::lang::for_source(Path::new(path), source) else {
                 return Ok(Vec::new());
             };
             crate::source::chunk::graph_symbols(lang, source).unwrap_or_default()
