@@ -181,6 +181,28 @@ fn comments_right_above_a_definition_are_its_doc() {
             "add",
             Some("@doc \"\"\"|Adds.|\"\"\""),
         ),
+        // Scala 3's indented body takes in the Scaladoc after it: it is still
+        // the next definition's.
+        (
+            "scala",
+            "package demo\n\n/** Doc A. */\nclass A:\n  def f: Int = 1\n\n/** Doc B. */\nclass B:\n  def g: Int = 2\n",
+            "B",
+            Some("/** Doc B. */"),
+        ),
+        (
+            "scala",
+            "package demo\n\n/** Doc A. */\nclass A:\n  def f: Int = 1\n\n/** Doc B. */\nclass B:\n  def g: Int = 2\n",
+            "f",
+            None,
+        ),
+        // At the top level Kotlin's grammar reads `@Throws(...)` above a
+        // function as a statement of its own: still the function's annotation.
+        (
+            "kotlin",
+            "package x\n\n/** Reads. */\n@Throws(IOException::class)\nfun read() = 1\n",
+            "read",
+            Some("/** Reads. */"),
+        ),
         // `@spec` and `@impl` between a def and its `@doc` do not cut it off.
         (
             "elixir",

@@ -30,3 +30,9 @@
 ; above (no blank line between; attributes and decorators may come between).
 ; Plain queries have no `#select-adjacent!`: the chunker checks the adjacency.
 [(line_comment) (block_comment)] @doc
+
+; At the top level the grammar reads an annotation with arguments on its own
+; line (`@Throws(IOException::class)` above `fun read()`) as an annotated
+; expression, a statement of its own: it is the declaration's annotation.
+(source_file
+  (annotated_expression (annotation) (parenthesized_expression)) @attribute)

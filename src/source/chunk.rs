@@ -297,6 +297,21 @@ fn definition_end_row(node: &Node) -> usize {
     }
 }
 
+/// Ends each definition before the rows its next sibling starts at, and its
+/// members within it: the next one may have taken in comments the grammar
+/// hung at the end of this one's body ([`trailing_comments`]).
+fn end_before_next(level: &mut [Def<'_>], limit: Option<usize>) {
+    for i in 0..level.len() {
+        let next = level.get(i + 1).map(|d| d.start_row.saturating_sub(1));
+        let def = &mut level[i];
+        if let Some(bound) = next.into_iter().chain(limit).min() {
+            def.end_row = def.end_row.min(bound).max(def.node.start_position().row);
+        }
+        let own = def.end_row;
+        end_before_next(&mut def.children, Some(own));
+    }
+}
+
 fn chunk_with_grammar(
     lang: &Language,
     source: &str,
@@ -472,7 +487,9 @@ fn find_definitions<'t>(lang: &Language, root: Node<'t>, source: &str) -> Result
     }
     comment_rows.sort_unstable();
     comment_rows.dedup();
-    Ok((nest(defs), comment_rows))
+    let mut defs = nest(defs);
+    end_before_next(&mut defs, None);
+    Ok((defs, comment_rows))
 }
 
 /// `range` (rows) widened to take in rows `a..=b`.
@@ -559,23 +576,52 @@ fn trivia_start<'t>(
     let mut start = node.start_position().row;
     // The doc nodes taken in, nearest first.
     let mut doc_rows: Vec<(usize, usize)> = Vec::new();
-    for prev in before {
+    // Takes in `prev` if it is trivia ending right above what is taken.
+    let mut take = |prev: Node<'t>| {
         // A comment after code on its row (`int x; /* x */`) is that code's.
         if end_row(&prev) == start && doc_rows.last().is_some_and(|d| d.0 == start) {
             doc_rows.pop();
         }
         let mark = marked.get(&prev.id());
-        let is_doc = mark == Some(&Mark::Doc);
         if !(mark.is_some() || is_leading_trivia(prev.kind())) || end_row(&prev) + 1 < start {
-            break;
+            return false;
         }
         start = prev.start_position().row;
-        if is_doc {
+        if mark == Some(&Mark::Doc) {
             doc_rows.push((start, end_row(&prev)));
         }
+        true
+    };
+    for prev in before {
+        if take(prev) {
+            continue;
+        }
+        // A definition whose body took in the comments after its code
+        // (Scala 3's indented bodies): those right above this one are its.
+        for comment in trailing_comments(prev).into_iter().rev() {
+            if !take(comment) {
+                break;
+            }
+        }
+        break;
     }
     let doc = doc_rows.iter().fold(None, |acc, &(a, b)| Some(widen(acc, a, b)));
     (start, doc)
+}
+
+/// The comments a node's grammar hung at its end, after its last code, down
+/// its last children, in source order.
+fn trailing_comments(node: Node<'_>) -> Vec<Node<'_>> {
+    let mut cursor = node.walk();
+    let children: Vec<Node> = node.children(&mut cursor).collect();
+    match children.iter().rposition(|c| !c.kind().contains("comment")) {
+        Some(last_code) => {
+            let mut comments = trailing_comments(children[last_code]);
+            comments.extend_from_slice(&children[last_code + 1..]);
+            comments
+        }
+        None => children,
+    }
 }
 
 /// Builds the containment tree from definitions sorted by (start asc, end desc).
