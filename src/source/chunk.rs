@@ -355,8 +355,64 @@ fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
         .set_language(&lang.grammar())
         .with_context(|| format!("loading the {} grammar", lang.name))?;
     parser
-        .parse(source, None)
+        .parse(macros_blanked(lang, source).as_ref(), None)
         .with_context(|| format!("parsing {} source", lang.name))
+}
+
+/// The text a C or C++ grammar parses: macros it cannot expand, which make it
+/// lose what they decorate, replaced by spaces (same bytes, so every node's
+/// position holds for the source as written). Two shapes, in capitals: an
+/// export macro between `class` or `struct` and the name (`class
+/// LEVELDB_EXPORT DB {`: the class was read as a function), and a line that
+/// is a macro alone at statement level (`FMT_BEGIN_NAMESPACE`, `Q_OBJECT`:
+/// the definition below it was lost to an error).
+fn macros_blanked<'s>(lang: &Language, source: &'s str) -> std::borrow::Cow<'s, str> {
+    if !matches!(lang.name, "c" | "cpp") {
+        return source.into();
+    }
+    let is_macro = |word: &str| {
+        word.len() >= 3
+            && word.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+            && word
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    };
+    let mut blanks: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut statement_level = true;
+    let mut offset = 0;
+    for line in source.split_inclusive('\n') {
+        let text = line.trim_end();
+        let code = text.trim_start();
+        let indent = text.len() - code.len();
+        // `class EXPORT Name`: the macro, unless `Name` is `final` (`class URL final`).
+        let mut words = code.split_whitespace();
+        if let (Some("class" | "struct" | "union"), Some(mac), Some(name)) = (words.next(), words.next(), words.next())
+        {
+            let name_is_identifier = name.starts_with(|c: char| c.is_alphabetic() || c == '_');
+            if is_macro(mac) && name_is_identifier && !name.starts_with("final") {
+                let at = offset + indent + code.find(mac).unwrap_or(0);
+                blanks.push(at..at + mac.len());
+            }
+        }
+        // `MACRO` or `MACRO(args)` alone on a line that a statement may start.
+        let head = code.split('(').next().unwrap_or(code);
+        let alone = code == head || (code.ends_with(')') && code.matches('(').count() == code.matches(')').count());
+        if statement_level && alone && head.contains('_') && is_macro(head) {
+            blanks.push(offset + indent..offset + indent + code.len());
+        } else if !code.is_empty() {
+            statement_level =
+                code.starts_with(['#', '/', '*']) || code.ends_with([';', '{', '}', ':']) || code.ends_with("*/");
+        }
+        offset += line.len();
+    }
+    if blanks.is_empty() {
+        return source.into();
+    }
+    let mut text = source.as_bytes().to_vec();
+    for range in blanks {
+        text[range].fill(b' ');
+    }
+    String::from_utf8(text).map_or(source.into(), std::borrow::Cow::Owned)
 }
 
 /// The code graph's symbols of `source` (as [`chunk_and_graph`] finds them),
