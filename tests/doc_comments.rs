@@ -203,6 +203,13 @@ fn comments_right_above_a_definition_are_its_doc() {
             "read",
             Some("/** Reads. */"),
         ),
+        // `export declare`: the doc is above the `export`.
+        (
+            "typescript",
+            "/** Registers it. */\nexport declare function register(name: string): void;\n",
+            "register",
+            Some("/** Registers it. */"),
+        ),
         // `@spec` and `@impl` between a def and its `@doc` do not cut it off.
         (
             "elixir",

@@ -23,6 +23,16 @@
   left: (member_expression property: (property_identifier) @name)
   right: [(arrow_function) (function_expression)])) @definition.function)
 
+; A function a call wraps (`forwardRef((props, ref) => ...)`, `memo(function
+; Row() {...})`, a factory's `$constructor("Name", (inst, def) => {...})`) is
+; the function of the constant it is assigned to.
+(export_statement declaration: (lexical_declaration
+  (variable_declarator name: (identifier) @name
+    value: (call_expression arguments: (arguments [(arrow_function) (function_expression)]))))) @definition.function
+(program (lexical_declaration
+  (variable_declarator name: (identifier) @name
+    value: (call_expression arguments: (arguments [(arrow_function) (function_expression)])))) @definition.function)
+
 ; Functions an object literal's properties hold (`onProgress: (e) => {...}`,
 ; `transformRequest: [function transformRequest(data) {...}]`) are its methods;
 ; inside a function they stay in its chunk.

@@ -29,6 +29,23 @@
 (program (lexical_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
 
+; A function a call wraps (`forwardRef((props, ref) => ...)`, `memo(function
+; Row() {...})`, a factory's `$constructor("Name", (inst, def) => {...})`) is
+; the function of the constant it is assigned to.
+(export_statement declaration: (lexical_declaration
+  (variable_declarator name: (identifier) @name
+    value: (call_expression arguments: (arguments [(arrow_function) (function_expression)]))))) @definition.function
+(program (lexical_declaration
+  (variable_declarator name: (identifier) @name
+    value: (call_expression arguments: (arguments [(arrow_function) (function_expression)])))) @definition.function)
+
+; `declare function` and `declare class` (a `.d.ts` file's declarations): the
+; `declare`, and an `export` before it, open the definition, and its doc is above them.
+(export_statement (ambient_declaration (function_signature name: (identifier) @name))) @definition.function
+(ambient_declaration (function_signature name: (identifier) @name)) @definition.function
+(export_statement (ambient_declaration (class_declaration name: (type_identifier) @name))) @definition.class
+(ambient_declaration (class_declaration name: (type_identifier) @name)) @definition.class
+
 ; Functions an object literal's properties hold (`onProgress: (e) => {...}`,
 ; `transformRequest: [function transformRequest(data) {...}]`) are its methods;
 ; inside a function they stay in its chunk.
