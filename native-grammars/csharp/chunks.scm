@@ -30,6 +30,10 @@
 (indexer_declaration
   "this" @name
   accessors: (accessor_list (accessor_declaration body: (block)))) @definition.method
+; An expression-bodied property or indexer (`public bool IsEmpty => count == 0;`)
+; computes its value, as a getter with a body does.
+(property_declaration name: (identifier) @name value: (arrow_expression_clause)) @definition.method
+(indexer_declaration "this" @name value: (arrow_expression_clause)) @definition.method
 
 ; Top-level statements (C# 9 programs) may declare local functions.
 (compilation_unit (global_statement (local_function_statement name: (identifier) @name) @definition.function))

@@ -9,7 +9,7 @@
 //! Anything longer than the limits is split at syntax boundaries with a few
 //! lines of overlap. Files without a grammar are cut into line windows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{Context, Result};
 use tree_sitter::{Node, Parser, QueryCursor, StreamingIterator};
@@ -798,7 +798,7 @@ impl<'s> ChunkSink<'s> {
             return;
         }
         let boundaries = match node {
-            Some(node) => syntax_boundaries(node, start_row, span.end_row),
+            Some(node) => syntax_boundaries(node, start_row, span.end_row, self.source, self.lines),
             None => blank_line_boundaries(self.source, self.lines, start_row, span.end_row),
         };
         for (s, e) in self.split(start_row, span.end_row, &boundaries) {
@@ -1054,14 +1054,20 @@ fn signature_line(source: &str, lines: &Lines, def: &Def) -> String {
     lines.text(source, row).trim().chars().take(200).collect()
 }
 
-/// Rows where a syntax node starts, the places where a long span may be cut.
-fn syntax_boundaries(node: Node, start: usize, end: usize) -> Vec<usize> {
+/// Rows where a syntax node starts, the places where a long span may be cut;
+/// not a row right below a comment on a line of its own, which belongs to
+/// what follows it (a cut there split `///` doc blocks from their members).
+fn syntax_boundaries(node: Node, start: usize, end: usize, source: &str, lines: &Lines) -> Vec<usize> {
     let mut rows = Vec::new();
+    let mut comment_ends = HashSet::new();
     let mut stack = vec![(node, 0usize)];
     while let Some((n, depth)) = stack.pop() {
         let row = n.start_position().row;
         if row > start && row <= end {
             rows.push(row);
+        }
+        if n.kind().contains("comment") && source[lines.start(row)..n.start_byte()].trim().is_empty() {
+            comment_ends.insert(end_row(&n));
         }
         if depth < 3 {
             let mut c = n.walk();
@@ -1072,6 +1078,7 @@ fn syntax_boundaries(node: Node, start: usize, end: usize) -> Vec<usize> {
             }
         }
     }
+    rows.retain(|row| !comment_ends.contains(&(row - 1)));
     rows.sort_unstable();
     rows.dedup();
     rows
@@ -1201,6 +1208,35 @@ def free_b():
             methods,
             vec![vec![s("__init__", 2, 3), s("get", 5, 6)], vec![s("total", 8, 14)]]
         );
+    }
+
+    #[test]
+    fn a_long_span_is_not_cut_between_a_comment_and_what_it_describes() {
+        let mut source = String::from("fn long() {\n");
+        for i in 0..12 {
+            source.push_str(&format!(
+                "    // Step {i} explains\n    // the line below.\n    let x{i} = {i};\n\n"
+            ));
+        }
+        source.push_str("}\n");
+        let rust = crate::source::lang::by_name("rust").expect("rust grammar");
+        let limits = ChunkLimits {
+            max_lines: 10,
+            overlap_lines: 0,
+            ..ChunkLimits::default()
+        };
+        let chunks = chunk_source(Some(rust), &source, &limits).unwrap();
+        assert!(chunks.len() > 3, "{chunks:?}");
+        let lines: Vec<&str> = source.lines().collect();
+        for c in &chunks[..chunks.len() - 1] {
+            let last = lines[c.end_line as usize - 1].trim();
+            assert!(
+                !last.starts_with("//"),
+                "{}-{} ends in a comment: {last}",
+                c.start_line,
+                c.end_line
+            );
+        }
     }
 
     #[test]
