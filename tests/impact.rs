@@ -212,10 +212,11 @@ fn typescript_staged_change_runs_vitest_on_the_test_file() {
         set(&[
             "src/math.ts:mul -> add @src/math.ts:7",
             "src/app.ts:area -> mul @src/app.ts:4",
-            "tests/math.test.ts:<module> -> mul @tests/math.test.ts:6",
+            // The test case that calls it, named by its describe and its title.
+            "tests/math.test.ts:mul.multiplies -> mul @tests/math.test.ts:6",
         ])
     );
-    assert_eq!(tests(&v), set(&["tests/math.test.ts:tests/math.test.ts"]));
+    assert_eq!(tests(&v), set(&["tests/math.test.ts:mul.multiplies"]));
     assert_eq!(v["command"], "npx vitest run tests/math.test.ts");
 }
 

@@ -33,6 +33,22 @@
   (variable_declarator name: (identifier) @name
     value: (call_expression arguments: (arguments [(arrow_function) (function_expression)])))) @definition.function)
 
+; Tests (Jest, Vitest, Mocha): `describe("...", () => {...})` groups
+; `it("...", ...)` and `test("...", ...)` cases, each named by its title (as
+; ExUnit's are), `.only`, `.skip` and `.each(...)` forms included.
+(expression_statement (call_expression
+  function: [(identifier) @_fn (member_expression object: (identifier) @_fn)]
+  arguments: (arguments . [(string (string_fragment) @name) (template_string) @name] . [(arrow_function) (function_expression)]))
+  (#eq? @_fn "describe")) @definition.module
+(expression_statement (call_expression
+  function: [(identifier) @_fn (member_expression object: (identifier) @_fn)]
+  arguments: (arguments . [(string (string_fragment) @name) (template_string) @name] . [(arrow_function) (function_expression)]))
+  (#any-of? @_fn "it" "test")) @definition.function
+(expression_statement (call_expression
+  function: (call_expression function: (member_expression object: (identifier) @_fn))
+  arguments: (arguments . [(string (string_fragment) @name) (template_string) @name] . [(arrow_function) (function_expression)]))
+  (#any-of? @_fn "describe" "it" "test")) @definition.function
+
 ; Functions an object literal's properties hold (`onProgress: (e) => {...}`,
 ; `transformRequest: [function transformRequest(data) {...}]`) are its methods;
 ; inside a function they stay in its chunk.
