@@ -322,21 +322,90 @@ fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
         .set_language(&lang.grammar())
         .with_context(|| format!("loading the {} grammar", lang.name))?;
     parser
-        .parse(macros_blanked(lang, source).as_ref(), None)
+        .parse(parse_text(lang, source).as_ref(), None)
         .with_context(|| format!("parsing {} source", lang.name))
 }
 
+/// The text `lang`'s grammar parses: the source with what the grammar cannot
+/// read and loses its neighbours to replaced by spaces (same bytes, so every
+/// node's position holds for the source as written).
+fn parse_text<'s>(lang: &Language, source: &'s str) -> std::borrow::Cow<'s, str> {
+    match lang.name {
+        "c" | "cpp" => macros_blanked(source),
+        "kotlin" => platform_modifiers_blanked(source),
+        _ => source.into(),
+    }
+}
+
+/// Kotlin's `expect` and `actual` modifiers (multiplatform code) where the
+/// grammar does not take them: `actual open class A` under an annotation line
+/// and `internal actual constructor(` on the line after the class read as
+/// expressions, and the class and its methods were lost to them.
+fn platform_modifiers_blanked(source: &str) -> std::borrow::Cow<'_, str> {
+    const FOLLOWERS: &[&str] = &[
+        "class",
+        "fun",
+        "val",
+        "var",
+        "object",
+        "interface",
+        "constructor",
+        "typealias",
+        "open",
+        "abstract",
+        "inline",
+        "value",
+        "enum",
+        "annotation",
+        "sealed",
+        "data",
+        "operator",
+        "infix",
+        "suspend",
+        "override",
+        "internal",
+        "public",
+        "private",
+        "protected",
+        "external",
+        "companion",
+        "final",
+        "const",
+    ];
+    let bytes = source.as_bytes();
+    let mut blanks = Vec::new();
+    for word in ["actual", "expect"] {
+        for (at, _) in source.match_indices(word) {
+            let before_ok = at == 0 || bytes[at - 1].is_ascii_whitespace();
+            let rest = &source[at + word.len()..];
+            let next = rest.trim_start_matches([' ', '\t']);
+            let spaced = next.len() < rest.len();
+            let followed = FOLLOWERS.iter().any(|f| {
+                next.strip_prefix(f)
+                    .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+            });
+            if before_ok && spaced && followed {
+                blanks.push(at..at + word.len());
+            }
+        }
+    }
+    if blanks.is_empty() {
+        return source.into();
+    }
+    let mut text = bytes.to_vec();
+    for range in blanks {
+        text[range].fill(b' ');
+    }
+    String::from_utf8(text).map_or(source.into(), std::borrow::Cow::Owned)
+}
+
 /// The text a C or C++ grammar parses: macros it cannot expand, which make it
-/// lose what they decorate, replaced by spaces (same bytes, so every node's
-/// position holds for the source as written). Two shapes, in capitals: an
+/// lose what they decorate, blanked. Two shapes, in capitals: an
 /// export macro between `class` or `struct` and the name (`class
 /// LEVELDB_EXPORT DB {`: the class was read as a function), and a line that
 /// is a macro alone at statement level (`FMT_BEGIN_NAMESPACE`, `Q_OBJECT`:
 /// the definition below it was lost to an error).
-fn macros_blanked<'s>(lang: &Language, source: &'s str) -> std::borrow::Cow<'s, str> {
-    if !matches!(lang.name, "c" | "cpp") {
-        return source.into();
-    }
+fn macros_blanked(source: &str) -> std::borrow::Cow<'_, str> {
     let is_macro = |word: &str| {
         word.len() >= 3
             && word.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
