@@ -210,6 +210,27 @@ fn comments_right_above_a_definition_are_its_doc() {
             "register",
             Some("/** Registers it. */"),
         ),
+        // A definition that opens its parent node takes the comments above
+        // that node: a C++ member struct is a field declaration's first child,
+        // a Ruby class's first method its body's.
+        (
+            "cpp",
+            "class Db {\n private:\n  // Stats of one level.\n  struct Stats {\n    int micros;\n  };\n};\n",
+            "Stats",
+            Some("// Stats of one level."),
+        ),
+        (
+            "ruby",
+            "module Rack\n  # Wraps a body.\n  class BodyProxy\n    # Keeps the body.\n    def initialize(body)\n      @body = body\n    end\n  end\nend\n",
+            "initialize",
+            Some("# Keeps the body."),
+        ),
+        (
+            "ruby",
+            "module Rack\n  # Wraps a body.\n  class BodyProxy\n    # Keeps the body.\n    def initialize(body)\n      @body = body\n    end\n  end\nend\n",
+            "BodyProxy",
+            Some("# Wraps a body."),
+        ),
         // `@spec` and `@impl` between a def and its `@doc` do not cut it off.
         (
             "elixir",

@@ -175,7 +175,16 @@ fn clean_name(raw: &str) -> String {
 /// `Node::prev_sibling` re-descends from the root on every call, which made a
 /// class or impl with hundreds of members quadratic.
 fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mark>) -> HashMap<usize, TriviaStart> {
-    fn visit(parent: Node, nodes: &[Node], marked: &HashMap<usize, Mark>, out: &mut HashMap<usize, TriviaStart>) {
+    /// `above`: the siblings before `parent`, nearest first. A node that opens
+    /// its parent (a C++ `struct S {...};` member is a field declaration's
+    /// first child) takes the trivia above its parent.
+    fn visit<'t>(
+        parent: Node<'t>,
+        above: &[Node<'t>],
+        nodes: &[Node<'t>],
+        marked: &HashMap<usize, Mark>,
+        out: &mut HashMap<usize, TriviaStart>,
+    ) {
         let mut cursor = parent.walk();
         let children: Vec<Node> = parent.children(&mut cursor).collect();
         let mut rest = nodes;
@@ -186,19 +195,21 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mar
                 .count();
             let (here, later) = rest.split_at(inside);
             rest = later;
+            let before: Vec<Node> = if i == 0 {
+                above.to_vec()
+            } else {
+                children[..i].iter().rev().copied().collect()
+            };
             let mut deeper = Vec::new();
             for node in here {
                 if node.id() == child.id() {
-                    out.insert(
-                        node.id(),
-                        trivia_start(*child, children[..i].iter().rev().copied(), marked),
-                    );
+                    out.insert(node.id(), trivia_start(*child, before.iter().copied(), marked));
                 } else {
                     deeper.push(*node);
                 }
             }
             if !deeper.is_empty() {
-                visit(*child, &deeper, marked, out);
+                visit(*child, &before, &deeper, marked, out);
             }
             if rest.is_empty() {
                 break;
@@ -210,7 +221,7 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mar
     for node in top {
         out.insert(node.id(), (node.start_position().row, None));
     }
-    visit(root, &below, marked, &mut out);
+    visit(root, &[], &below, marked, &mut out);
     out
 }
 
