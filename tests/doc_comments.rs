@@ -203,6 +203,13 @@ fn comments_right_above_a_definition_are_its_doc() {
             "read",
             Some("/** Reads. */"),
         ),
+        // An exported overload's doc is above its first signature's `export`.
+        (
+            "typescript",
+            "/** Parses a value. */\nexport function parse(a: string): number;\nexport function parse(a: any): number {\n  return 1;\n}\n",
+            "parse",
+            Some("/** Parses a value. */"),
+        ),
         // `export declare`: the doc is above the `export`.
         (
             "typescript",

@@ -2,6 +2,8 @@
 
 (export_statement declaration: (function_declaration name: (identifier) @name)) @definition.function
 (export_statement declaration: (generator_function_declaration name: (identifier) @name)) @definition.function
+; An exported overload's signature (`export function parse(a: string): A;`).
+(export_statement declaration: (function_signature name: (identifier) @name)) @definition.function
 (export_statement declaration: (class_declaration name: (type_identifier) @name)) @definition.class
 (export_statement declaration: (abstract_class_declaration name: (type_identifier) @name)) @definition.class
 (export_statement declaration: (interface_declaration name: (type_identifier) @name)) @definition.interface
