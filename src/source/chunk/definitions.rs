@@ -175,9 +175,10 @@ fn clean_name(raw: &str) -> String {
 /// `Node::prev_sibling` re-descends from the root on every call, which made a
 /// class or impl with hundreds of members quadratic.
 fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mark>) -> HashMap<usize, TriviaStart> {
-    /// `above`: the siblings before `parent`, nearest first. A node that opens
-    /// its parent (a C++ `struct S {...};` member is a field declaration's
-    /// first child) takes the trivia above its parent.
+    /// `above`: the siblings before `parent`, in source order. A node that
+    /// opens its parent (a C++ `struct S {...};` member is a field
+    /// declaration's first child) takes the trivia above its parent. Slices,
+    /// not copies: a parent of thousands of children stays linear.
     fn visit<'t>(
         parent: Node<'t>,
         above: &[Node<'t>],
@@ -195,21 +196,17 @@ fn leading_trivia_starts(root: Node, nodes: &[Node], marked: &HashMap<usize, Mar
                 .count();
             let (here, later) = rest.split_at(inside);
             rest = later;
-            let before: Vec<Node> = if i == 0 {
-                above.to_vec()
-            } else {
-                children[..i].iter().rev().copied().collect()
-            };
+            let before = if i == 0 { above } else { &children[..i] };
             let mut deeper = Vec::new();
             for node in here {
                 if node.id() == child.id() {
-                    out.insert(node.id(), trivia_start(*child, before.iter().copied(), marked));
+                    out.insert(node.id(), trivia_start(*child, before.iter().rev().copied(), marked));
                 } else {
                     deeper.push(*node);
                 }
             }
             if !deeper.is_empty() {
-                visit(*child, &before, &deeper, marked, out);
+                visit(*child, before, &deeper, marked, out);
             }
             if rest.is_empty() {
                 break;
