@@ -54,6 +54,13 @@ fn comments_right_above_a_definition_are_its_doc() {
             "m",
             Some("/** Block doc. */"),
         ),
+        // Items a macro passes through (`cfg_rt! { ... }`) keep their docs.
+        (
+            "rust",
+            "cfg_rt! {\n    /// Spawns a task.\n    pub fn spawn() {}\n}\n",
+            "spawn",
+            Some("/// Spawns a task."),
+        ),
         (
             "go",
             "package p\n\n// Bind parses the body.\nfunc Bind() {}\n",

@@ -22,15 +22,16 @@ mod definitions;
 mod parse_text;
 
 use definitions::find_definitions;
-use parse_text::parse_text;
+use parse_text::parse_tree;
 
 /// Bumped when the chunking algorithm changes what it produces (a change of
 /// the query files changes the fingerprint by itself). 5: doc comments
 /// (`@doc`) recorded on each symbol. 6: a `.h` header written in C++ is parsed
 /// as C++ (`lang::for_source`). 7: text the grammar cannot read blanked
 /// (`parse_text`), windows not cut below a comment line, comments claimed
-/// from a body that took them in and from above a definition's parent.
-const CHUNKER_VERSION: u32 = 7;
+/// from a body that took them in and from above a definition's parent. 8:
+/// Rust items inside pass-through macros (`cfg_rt! { ... }`) parsed.
+const CHUNKER_VERSION: u32 = 8;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -326,9 +327,7 @@ fn parse(lang: &Language, source: &str) -> Result<tree_sitter::Tree> {
     parser
         .set_language(&lang.grammar())
         .with_context(|| format!("loading the {} grammar", lang.name))?;
-    parser
-        .parse(parse_text(lang, source).as_ref(), None)
-        .with_context(|| format!("parsing {} source", lang.name))
+    parse_tree(lang, &mut parser, source).with_context(|| format!("parsing {} source", lang.name))
 }
 
 /// The code graph's symbols of `source` (as [`chunk_and_graph`] finds them),

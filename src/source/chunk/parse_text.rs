@@ -5,15 +5,133 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use anyhow::{Context, Result};
+use tree_sitter::{Node, Parser, Tree};
+
 use crate::source::lang::Language;
 
+/// The parse tree of `source` by `parser` (set to `lang`'s grammar), its
+/// positions those of `source` as written.
+pub(super) fn parse_tree(lang: &Language, parser: &mut Parser, source: &str) -> Result<Tree> {
+    let text = parse_text(lang, source);
+    let tree = parser.parse(text.as_ref(), None).context("the parser gave no tree")?;
+    match lang.name {
+        "rust" => Ok(item_macros_unwrapped(parser, text, tree)),
+        _ => Ok(tree),
+    }
+}
+
 /// The text `lang`'s grammar parses.
-pub(super) fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
+fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
     match lang.name {
         "c" | "cpp" => macros_blanked(source),
         "kotlin" => platform_modifiers_blanked(source),
         _ => source.into(),
     }
+}
+
+/// Rust macros at item level whose body is items (`cfg_rt! { pub fn spawn
+/// ... }`, `pin_project! { pub struct Sleep ... }`): the grammar reads the
+/// body as a token tree, and every definition in it was lost. With the
+/// macro's name and braces blanked the body parses as the items it is. A body
+/// that then parses with an error (`bitflags! { struct F: u32 { ... } }`)
+/// keeps its macro; nested macros unwrap a level a round.
+fn item_macros_unwrapped(parser: &mut Parser, text: Cow<'_, str>, tree: Tree) -> Tree {
+    const MAX_ROUNDS: usize = 8;
+    let (mut text, mut tree) = (text, tree);
+    let mut kept_whole: Vec<usize> = Vec::new();
+    for _ in 0..MAX_ROUNDS {
+        let macros: Vec<ItemMacro> = item_macros(tree.root_node())
+            .into_iter()
+            .filter(|m| !kept_whole.contains(&m.body.start))
+            .collect();
+        if macros.is_empty() {
+            break;
+        }
+        let wrappers = macros.iter().flat_map(|m| m.wrapper.clone()).collect();
+        let unwrapped = blanked(&text, wrappers);
+        let Some(next) = parser.parse(unwrapped.as_ref(), None) else {
+            break;
+        };
+        let failed: Vec<usize> = macros
+            .iter()
+            .filter(|m| error_within(next.root_node(), &m.body))
+            .map(|m| m.body.start)
+            .collect();
+        if failed.is_empty() {
+            (text, tree) = (Cow::Owned(unwrapped.into_owned()), next);
+        } else {
+            kept_whole.extend(failed);
+        }
+    }
+    tree
+}
+
+/// A macro invocation whose body is items: the bytes that wrap the body
+/// (`name! {` and the closing `}`), and the body.
+struct ItemMacro {
+    wrapper: [Range<usize>; 2],
+    body: Range<usize>,
+}
+
+/// The macro invocations among `root`'s items (and those of its modules and
+/// impls) whose braced body begins with an item.
+fn item_macros(root: Node) -> Vec<ItemMacro> {
+    const ITEM_LISTS: &[&str] = &["source_file", "declaration_list"];
+    let mut found = Vec::new();
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        let mut cursor = node.walk();
+        for child in node.children(&mut cursor) {
+            match child.kind() {
+                "mod_item" | "impl_item" | "trait_item" => stack.extend(child.child_by_field_name("body")),
+                "macro_invocation" if ITEM_LISTS.contains(&node.kind()) => found.extend(item_macro(child)),
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+fn item_macro(invocation: Node) -> Option<ItemMacro> {
+    const ITEM_STARTS: &[&str] = &[
+        "pub", "fn", "struct", "enum", "union", "impl", "trait", "mod", "use", "const", "static", "type", "async",
+        "unsafe", "extern",
+    ];
+    let body = invocation.child(invocation.child_count().checked_sub(1)?)?;
+    let open = body.child(0)?;
+    let close = body.child(body.child_count().checked_sub(1)?)?;
+    if body.kind() != "token_tree" || open.kind() != "{" || close.kind() != "}" || body.child_count() < 3 {
+        return None;
+    }
+    let mut cursor = body.walk();
+    let mut tokens = body
+        .children(&mut cursor)
+        .skip(1)
+        .filter(|token| !matches!(token.kind(), "line_comment" | "block_comment"));
+    let first = tokens.next()?;
+    let second = tokens.next();
+    let begins_item = ITEM_STARTS.contains(&first.kind())
+        // an attribute (`#[cfg(...)]`, `#![unix]`), or a nested item macro (`cfg_net! {`)
+        || (first.kind() == "#" && second.is_some_and(|t| matches!(t.kind(), "token_tree" | "!")))
+        || (first.kind() == "identifier" && second.is_some_and(|t| t.kind() == "!"));
+    begins_item.then(|| ItemMacro {
+        wrapper: [invocation.start_byte()..open.end_byte(), close.byte_range()],
+        body: open.end_byte()..close.start_byte(),
+    })
+}
+
+/// Whether `node` has a syntax error within `range`.
+fn error_within(node: Node, range: &Range<usize>) -> bool {
+    if node.end_byte() <= range.start || node.start_byte() >= range.end || !node.has_error() {
+        return false;
+    }
+    if node.is_error() || node.is_missing() {
+        return true;
+    }
+    let mut cursor = node.walk();
+    let found = node.children(&mut cursor).any(|child| error_within(child, range));
+    found
 }
 
 /// Kotlin's `expect` and `actual` modifiers (multiplatform code) where the
@@ -116,15 +234,15 @@ fn macros_blanked(source: &str) -> Cow<'_, str> {
     blanked(source, blanks)
 }
 
-/// `source` with the byte `ranges` (ASCII words, or whole lines of code)
-/// replaced by spaces.
+/// `source` with the byte `ranges` (ASCII code) replaced by spaces, line
+/// breaks kept.
 fn blanked(source: &str, ranges: Vec<Range<usize>>) -> Cow<'_, str> {
     if ranges.is_empty() {
         return source.into();
     }
     let mut text = source.as_bytes().to_vec();
     for range in ranges {
-        text[range].fill(b' ');
+        text[range].iter_mut().filter(|b| **b != b'\n').for_each(|b| *b = b' ');
     }
     String::from_utf8(text).map_or(source.into(), Cow::Owned)
 }
