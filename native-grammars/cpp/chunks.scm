@@ -8,6 +8,18 @@
 ; pattern comes once more wrapped in a template_declaration (the wrapper is
 ; kept, the inner duplicate of the same kind and name is dropped).
 
+; --- GoogleTest cases: `TEST(Suite, Name) {...}` is named by its test (this
+; pattern comes first: on a tie the earlier pattern names the definition) ---
+
+(function_definition
+  declarator: (function_declarator
+    declarator: (identifier) @_macro
+    parameters: (parameter_list
+      (parameter_declaration)
+      .
+      (parameter_declaration type: (type_identifier) @name) .))
+  (#match? @_macro "^(TEST|TEST_F|TEST_P|TYPED_TEST|TYPED_TEST_P)$")) @definition.function
+
 ; --- functions with a plain name (free functions, inline methods) ---
 
 (function_definition
