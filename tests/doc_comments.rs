@@ -54,6 +54,37 @@ fn comments_right_above_a_definition_are_its_doc() {
             "m",
             Some("/** Block doc. */"),
         ),
+        // Top-level constants, and the members of a Go `var (...)` block.
+        (
+            "go",
+            "package p\n\n// MaxKeySize is the largest key.\nconst MaxKeySize = 32768\n",
+            "MaxKeySize",
+            Some("// MaxKeySize is the largest key."),
+        ),
+        (
+            "go",
+            "package p\n\nvar (\n\tErrTimeout = errors.New(\"timeout\")\n\t// ErrClosed is returned after Close.\n\tErrClosed = errors.New(\"closed\")\n)\n",
+            "ErrClosed",
+            Some("// ErrClosed is returned after Close."),
+        ),
+        (
+            "go",
+            "package p\n\nvar (\n\t// ErrTimeout is returned on a timeout.\n\tErrTimeout = errors.New(\"timeout\")\n)\n",
+            "ErrTimeout",
+            Some("// ErrTimeout is returned on a timeout."),
+        ),
+        (
+            "typescript",
+            "/** Prefix of resolved fs paths. */\nexport const FS_PREFIX = `/@fs/`\n",
+            "FS_PREFIX",
+            Some("/** Prefix of resolved fs paths. */"),
+        ),
+        (
+            "python",
+            "import os\n\n#: Default terminal width.\nDEFAULT_WIDTH = 80\n",
+            "DEFAULT_WIDTH",
+            Some("#: Default terminal width."),
+        ),
         // Items a macro passes through (`cfg_rt! { ... }`) keep their docs.
         (
             "rust",

@@ -25,6 +25,11 @@
 
 (type_alias type: (identifier) @name) @definition.type
 
+; Top-level properties and constants (`const val MAX_DATE = ...`,
+; `val CoroutineContext.isActive get() = ...`); block-bodied ones are
+; functions above.
+(source_file (property_declaration (variable_declaration (identifier) @name)) @definition.constant)
+
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
 ; above (no blank line between; attributes and decorators may come between).

@@ -11,6 +11,11 @@
 
 (function_definition name: (identifier) @name) @definition.function
 
+; Module-level constants (`DEFAULT_WIDTH = 80`, `RenderableType = Union[...]`)
+; and `type` aliases.
+(module (expression_statement (assignment left: (identifier) @name)) @definition.constant)
+(module (type_alias_statement (type (identifier) @name)) @definition.type)
+
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
 ; above (no blank line between; attributes and decorators may come between).

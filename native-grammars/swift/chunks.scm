@@ -29,6 +29,14 @@
 
 (typealias_declaration name: (type_identifier) @name) @definition.type
 
+; Top-level constants and variables (`let mediaTypes: [String: String] = [...]`);
+; computed ones are functions above.
+(source_file (property_declaration
+  name: (pattern bound_identifier: (simple_identifier) @name)) @definition.constant)
+
+; `macro Controller() = #externalMacro(...)` declarations.
+(macro_declaration (simple_identifier) @name) @definition.macro
+
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
 ; above (no blank line between; attributes and decorators may come between).

@@ -76,6 +76,18 @@
 ; `declare module "x" { ... }`
 (module name: (_) @name body: (_)) @definition.namespace
 
+; Top-level constants and variables that hold no function (those are
+; functions above; on a tie the earlier pattern names the definition), named
+; by their first declarator; a `require(...)` is an import, not a definition.
+(program (lexical_declaration
+  (variable_declarator name: (identifier) @name value: (_) @_value)) @definition.constant
+  (#not-match? @_value "^require\\("))
+(program (variable_declaration
+  (variable_declarator name: (identifier) @name value: (_) @_value)) @definition.constant
+  (#not-match? @_value "^require\\("))
+(export_statement declaration: (lexical_declaration
+  (variable_declarator name: (identifier) @name))) @definition.constant
+
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
 ; above (no blank line between; attributes and decorators may come between).

@@ -300,10 +300,13 @@ fn nest(sorted: Vec<Def<'_>>) -> Vec<Def<'_>> {
             let inside = def.node.start_byte() >= last.node.start_byte() && def.node.end_byte() <= last.node.end_byte();
             if inside {
                 // A wrapper (decorated or exported definition) and the definition it
-                // wraps are one definition.
+                // wraps are one definition, documented by either (a Go `var (...)`
+                // block's first spec may have its own comment).
                 let same = def.kind == last.kind && def.name == last.name;
                 if !same {
                     insert(&mut last.children, def);
+                } else if last.doc.is_none() {
+                    last.doc = def.doc;
                 }
                 return;
             }

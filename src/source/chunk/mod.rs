@@ -30,8 +30,10 @@ use parse_text::parse_tree;
 /// as C++ (`lang::for_source`). 7: text the grammar cannot read blanked
 /// (`parse_text`), windows not cut below a comment line, comments claimed
 /// from a body that took them in and from above a definition's parent. 8:
-/// Rust items inside pass-through macros (`cfg_rt! { ... }`) parsed.
-const CHUNKER_VERSION: u32 = 8;
+/// Rust items inside pass-through macros (`cfg_rt! { ... }`) parsed. 9: a
+/// constant names its members (a Go `const (...)` block's specs) and contains
+/// the functions it holds; a macro body is checked on its own.
+const CHUNKER_VERSION: u32 = 9;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -176,7 +178,7 @@ pub fn in_doc(docs: &[Option<(u32, u32)>], line: u32) -> bool {
 }
 
 /// Kinds of definitions that tiny ones are packed with.
-const PACKABLE_KINDS: &[&str] = &["function", "method"];
+const PACKABLE_KINDS: &[&str] = &["function", "method", "constant"];
 
 /// Kinds whose members become chunks of their own (and, in the code graph,
 /// have it as their container).
@@ -378,6 +380,9 @@ struct Span<'a> {
     context: &'a [String],
     /// Rows of the symbol's doc comment.
     doc: Option<(usize, usize)>,
+    /// Definitions inside a definition that is no container (the specs of a
+    /// Go `const (...)` block): named among the chunk's symbols.
+    members: &'a [Def<'a>],
 }
 
 impl<'s> ChunkSink<'s> {
@@ -437,6 +442,7 @@ impl<'s> ChunkSink<'s> {
             symbol,
             context,
             doc: None,
+            members: &[],
         };
         self.emit(span, Some(node));
     }
@@ -499,27 +505,40 @@ impl<'s> ChunkSink<'s> {
         } else {
             Some(span.context.join("\n"))
         };
+        // The part of a doc in these rows (a split definition's first part holds it).
+        let doc_here = |doc: Option<(usize, usize)>| {
+            doc.map(|(a, b)| (a.max(start_row), b.min(end_row)))
+                .filter(|(a, b)| a <= b)
+                .map(|(a, b)| (a as u32 + 1, b as u32 + 1))
+        };
+        let mut symbols: Vec<ChunkSymbol> = span
+            .symbol
+            .map(|name| ChunkSymbol {
+                name: name.to_string(),
+                start_line: start_row as u32 + 1,
+                end_line: end_row as u32 + 1,
+                doc: doc_here(span.doc),
+            })
+            .into_iter()
+            .collect();
+        for member in span.members {
+            let (first, last) = (member.start_row.max(start_row), member.end_row.min(end_row));
+            if let (Some(name), true) = (member.name.as_deref(), first <= last) {
+                symbols.push(ChunkSymbol {
+                    name: name.to_string(),
+                    start_line: first as u32 + 1,
+                    end_line: last as u32 + 1,
+                    doc: doc_here(member.doc),
+                });
+            }
+        }
         self.chunks.push(Chunk {
             start_line: start_row as u32 + 1,
             end_line: end_row as u32 + 1,
             start_byte: start_byte as u32,
             end_byte: end_byte as u32,
             kind: span.kind.to_string(),
-            symbols: span
-                .symbol
-                .map(|name| ChunkSymbol {
-                    name: name.to_string(),
-                    start_line: start_row as u32 + 1,
-                    end_line: end_row as u32 + 1,
-                    // The part of the doc in these rows (a split definition's first part holds it).
-                    doc: span
-                        .doc
-                        .map(|(a, b)| (a.max(start_row), b.min(end_row)))
-                        .filter(|(a, b)| a <= b)
-                        .map(|(a, b)| (a as u32 + 1, b as u32 + 1)),
-                })
-                .into_iter()
-                .collect(),
+            symbols,
             context,
             text: self.source[start_byte..end_byte].to_string(),
             comments: Vec::new(),
@@ -544,6 +563,7 @@ impl<'s> ChunkSink<'s> {
                         symbol: None,
                         context: &[],
                         doc: None,
+                        members: &[],
                     };
                     self.push(s, e, &span);
                 }
@@ -645,7 +665,10 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
         (k, _) => k,
     };
     let symbol = def.name.as_deref();
-    let is_container = CONTAINER_KINDS.contains(&kind);
+    // A constant holding functions (`const defaults = { transform: (d) => ... }`)
+    // is their container; the specs of a `const (...)` block are its members.
+    let is_container = CONTAINER_KINDS.contains(&kind)
+        || (kind == "constant" && def.children.iter().any(|child| child.kind != def.kind));
     if !is_container || def.children.is_empty() {
         let span = Span {
             start_row,
@@ -654,6 +677,7 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
             symbol,
             context,
             doc: def.doc,
+            members: if is_container { &[] } else { &def.children },
         };
         out.emit(span, Some(def.node));
         return;
@@ -675,6 +699,7 @@ fn emit_def(out: &mut ChunkSink, def: &Def, start_row: usize, parent_kind: Optio
             symbol,
             context,
             doc: def.doc,
+            members: &[],
         };
         out.emit(span, Some(def.node));
     }
@@ -756,6 +781,7 @@ fn chunk_plain_text(source: &str, lines: &Lines, limits: &ChunkLimits) -> Vec<Ch
         symbol: None,
         context: &[],
         doc: None,
+        members: &[],
     };
     out.emit(span, None);
     out.finish()

@@ -34,37 +34,34 @@ fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
 /// ... }`, `pin_project! { pub struct Sleep ... }`): the grammar reads the
 /// body as a token tree, and every definition in it was lost. With the
 /// macro's name and braces blanked the body parses as the items it is. A body
-/// that then parses with an error (`bitflags! { struct F: u32 { ... } }`)
-/// keeps its macro; nested macros unwrap a level a round.
+/// that does not parse as items on its own (`bitflags! { struct F: u32 {
+/// ... } }`, a DSL) keeps its macro, and costs no neighbour its items; nested
+/// macros unwrap a level a round.
 fn item_macros_unwrapped(parser: &mut Parser, text: Cow<'_, str>, tree: Tree) -> Tree {
     const MAX_ROUNDS: usize = 8;
     let (mut text, mut tree) = (text, tree);
-    let mut kept_whole: Vec<usize> = Vec::new();
     for _ in 0..MAX_ROUNDS {
-        let macros: Vec<ItemMacro> = item_macros(tree.root_node())
+        let wrappers: Vec<Range<usize>> = item_macros(tree.root_node())
             .into_iter()
-            .filter(|m| !kept_whole.contains(&m.body.start))
+            .filter(|m| parses_as_items(parser, &text[m.body.clone()]))
+            .flat_map(|m| m.wrapper)
             .collect();
-        if macros.is_empty() {
+        if wrappers.is_empty() {
             break;
         }
-        let wrappers = macros.iter().flat_map(|m| m.wrapper.clone()).collect();
-        let unwrapped = blanked(&text, wrappers);
-        let Some(next) = parser.parse(unwrapped.as_ref(), None) else {
+        let unwrapped = blanked(&text, wrappers).into_owned();
+        let Some(next) = parser.parse(&unwrapped, None) else {
             break;
         };
-        let failed: Vec<usize> = macros
-            .iter()
-            .filter(|m| error_within(next.root_node(), &m.body))
-            .map(|m| m.body.start)
-            .collect();
-        if failed.is_empty() {
-            (text, tree) = (Cow::Owned(unwrapped.into_owned()), next);
-        } else {
-            kept_whole.extend(failed);
-        }
+        (text, tree) = (Cow::Owned(unwrapped), next);
     }
     tree
+}
+
+fn parses_as_items(parser: &mut Parser, body: &str) -> bool {
+    parser
+        .parse(body, None)
+        .is_some_and(|tree| !tree.root_node().has_error())
 }
 
 /// A macro invocation whose body is items: the bytes that wrap the body
@@ -105,33 +102,26 @@ fn item_macro(invocation: Node) -> Option<ItemMacro> {
         return None;
     }
     let mut cursor = body.walk();
-    let mut tokens = body
+    let tokens: Vec<&str> = body
         .children(&mut cursor)
         .skip(1)
-        .filter(|token| !matches!(token.kind(), "line_comment" | "block_comment"));
-    let first = tokens.next()?;
-    let second = tokens.next();
-    let begins_item = ITEM_STARTS.contains(&first.kind())
-        // an attribute (`#[cfg(...)]`, `#![unix]`), or a nested item macro (`cfg_net! {`)
-        || (first.kind() == "#" && second.is_some_and(|t| matches!(t.kind(), "token_tree" | "!")))
-        || (first.kind() == "identifier" && second.is_some_and(|t| t.kind() == "!"));
+        .map(|token| token.kind())
+        .filter(|kind| !matches!(*kind, "line_comment" | "block_comment"))
+        .take(16)
+        .collect();
+    let path = tokens
+        .iter()
+        .take_while(|kind| matches!(**kind, "identifier" | "::" | "crate" | "self" | "super"))
+        .count();
+    let begins_item = tokens.first().is_some_and(|first| ITEM_STARTS.contains(first))
+        // an attribute (`#[cfg(...)]`, `#![unix]`)
+        || (tokens.first() == Some(&"#") && matches!(tokens.get(1), Some(&"token_tree" | &"!")))
+        // a nested item macro (`cfg_net! {`, `crate::cfg_rt! {`)
+        || (path > 0 && tokens.get(path) == Some(&"!"));
     begins_item.then(|| ItemMacro {
         wrapper: [invocation.start_byte()..open.end_byte(), close.byte_range()],
         body: open.end_byte()..close.start_byte(),
     })
-}
-
-/// Whether `node` has a syntax error within `range`.
-fn error_within(node: Node, range: &Range<usize>) -> bool {
-    if node.end_byte() <= range.start || node.start_byte() >= range.end || !node.has_error() {
-        return false;
-    }
-    if node.is_error() || node.is_missing() {
-        return true;
-    }
-    let mut cursor = node.walk();
-    let found = node.children(&mut cursor).any(|child| error_within(child, range));
-    found
 }
 
 /// Kotlin's `expect` and `actual` modifiers (multiplatform code) where the
