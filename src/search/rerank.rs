@@ -61,7 +61,11 @@ const EXACT_SYMBOL_IN_QUESTION_FACTOR: f64 = 2.0;
 /// other candidate, so the one asked for (BM25 at least half the best's,
 /// times [`EXACT_SYMBOL_FACTOR`]) comes first.
 const OUTRANKED_DEFINITION_FACTOR: f64 = 1.0;
+/// Declarations: a question asks what code does, and these say what it is
+/// (a constant too: a documented `const realIPHeader` outranked the function
+/// that picks the client's address).
 const TYPE_KINDS: &[&str] = &[
+    "constant",
     "struct",
     "class",
     "interface",
@@ -589,5 +593,10 @@ mod tests {
             keywords > statement && statement > asked,
             "{keywords} {statement} {asked}"
         );
+        // So does a constant: it says what something is, not what code does.
+        let constant = hit("src/retry.py", "constant", "python");
+        let question = intent("where does the retry policy apply its backoff delay?");
+        assert_eq!(rerank_factor(&constant, false, intent("retry policy")), 1.0);
+        assert!(rerank_factor(&constant, false, question) < rerank_factor(&function, false, question));
     }
 }
