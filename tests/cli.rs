@@ -297,8 +297,32 @@ pub fn max_depth(kind: &str) -> usize {
 }
 "#,
     );
+    write(
+        root,
+        "src/ready.rs",
+        "/// The stream is closed for writing.\npub const WRITE_CLOSED: u8 = 0b1000;\n",
+    );
+    // Tests: one defines a name only it spells so, one a name source defines too.
+    write(
+        root,
+        "tests/stream.rs",
+        r#"/// A stream shut for writing refuses writes.
+#[test]
+fn write_closed() {
+    let mut stream = Stream::new();
+    stream.shutdown_write();
+    assert!(stream.write(b"x").is_err());
+}
+
+fn max_depth() -> usize {
+    max_depth_of("list")
+}
+"#,
+    );
     ken_ok(root, &["index", "--no-embed", "-q"]);
     for (query, first) in [
+        ("write_closed", "tests/stream.rs:1-7 function write_closed"),
+        ("WRITE_CLOSED", "src/ready.rs:1-2 constant WRITE_CLOSED"),
         ("writeHeader", "server/conn.go:16-30 method writeHeader"),
         ("WriteHeader", "server/response.go:9-10 method WriteHeader"),
         ("provisionContext", "src/provision.ts:11-23 function provisionContext"),

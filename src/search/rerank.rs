@@ -25,6 +25,11 @@ const TEST_FACTOR: f64 = 0.3;
 /// A query that says "test" often means the product's own tests (pytest's
 /// issues do), so asking softens the demotion instead of lifting it.
 const TEST_FACTOR_ASKED: f64 = 0.5;
+/// A test that defines an identifier typed as a name or among keywords, as
+/// typed: the one asked for when no source defines it so (tokio's
+/// `write_closed` test came after the constant `WRITE_CLOSED`), after a
+/// source definition that does.
+const TEST_DEFINITION_TYPED_FACTOR: f64 = 0.9;
 const DOCS_FOLDER_FACTOR: f64 = 0.7;
 const PROSE_FACTOR: f64 = 0.35;
 const CONFIG_FACTOR: f64 = 0.5;
@@ -179,7 +184,14 @@ fn rerank_factors(hit: &SearchHit, defines: Defines, intent: QueryIntent) -> Vec
         factors.push(("changelog", CHANGELOG_FACTOR));
     }
     if is_test_code(hit) {
-        factors.push(("test code", if intent.tests { TEST_FACTOR_ASKED } else { TEST_FACTOR }));
+        let factor = if defines == Defines::Asked && !intent.question {
+            TEST_DEFINITION_TYPED_FACTOR
+        } else if intent.tests {
+            TEST_FACTOR_ASKED
+        } else {
+            TEST_FACTOR
+        };
+        factors.push(("test code", factor));
     }
     factors
 }
