@@ -245,16 +245,25 @@ fn trivia_start<'t>(
     let mut start = node.start_position().row;
     // The doc nodes taken in, nearest first.
     let mut doc_rows: Vec<(usize, usize)> = Vec::new();
+    // The start before the last trivia was taken in.
+    let mut start_before_last = start;
     // Takes in `prev` if it is trivia ending right above what is taken.
     let mut take = |prev: Node<'t>| {
-        // A comment after code on its row (`int x; /* x */`) is that code's.
-        if end_row(&prev) == start && doc_rows.last().is_some_and(|d| d.0 == start) {
-            doc_rows.pop();
-        }
+        // A comment after code on its row (`int x; /* x */`, `class
+        // BadRequest < Error # :nodoc:`) is that code's, not this one's.
         let mark = marked.get(&prev.id());
-        if !(mark.is_some() || is_leading_trivia(prev.kind())) || end_row(&prev) + 1 < start {
+        let trivia = mark.is_some() || is_leading_trivia(prev.kind());
+        if !trivia && end_row(&prev) == start && start < start_before_last {
+            if doc_rows.last().is_some_and(|d| d.0 == start) {
+                doc_rows.pop();
+            }
+            start = start_before_last;
             return false;
         }
+        if !trivia || end_row(&prev) + 1 < start {
+            return false;
+        }
+        start_before_last = start;
         start = prev.start_position().row;
         if mark == Some(&Mark::Doc) {
             doc_rows.push((start, end_row(&prev)));

@@ -32,8 +32,10 @@ use parse_text::parse_tree;
 /// from a body that took them in and from above a definition's parent. 8:
 /// Rust items inside pass-through macros (`cfg_rt! { ... }`) parsed. 9: a
 /// constant names its members (a Go `const (...)` block's specs) and contains
-/// the functions it holds; a macro body is checked on its own.
-const CHUNKER_VERSION: u32 = 9;
+/// the functions it holds; a macro body is checked on its own. 10: the
+/// definitions inside a member named too; a comment after code on its row is
+/// not the next definition's (`class E < Error # :nodoc:` kept its class).
+const CHUNKER_VERSION: u32 = 10;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -521,7 +523,10 @@ impl<'s> ChunkSink<'s> {
             })
             .into_iter()
             .collect();
-        for member in span.members {
+        // Members and the definitions inside them, in source order.
+        let mut members: Vec<&Def> = span.members.iter().rev().collect();
+        while let Some(member) = members.pop() {
+            members.extend(member.children.iter().rev());
             let (first, last) = (member.start_row.max(start_row), member.end_row.min(end_row));
             if let (Some(name), true) = (member.name.as_deref(), first <= last) {
                 symbols.push(ChunkSymbol {
