@@ -85,6 +85,13 @@ fn comments_right_above_a_definition_are_its_doc() {
             "DEFAULT_WIDTH",
             Some("#: Default terminal width."),
         ),
+        // PEP 257's attribute docstring, right below the constant.
+        (
+            "python",
+            "import os\n\nWIDTH = 80\n\"\"\"The default width.\"\"\"\n\n\ndef f():\n    pass\n",
+            "WIDTH",
+            Some("\"\"\"The default width.\"\"\""),
+        ),
         // Items a macro passes through (`cfg_rt! { ... }`) keep their docs.
         (
             "rust",

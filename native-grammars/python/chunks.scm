@@ -15,6 +15,11 @@
 ; and `type` aliases.
 (module (expression_statement (assignment left: (identifier) @name)) @definition.constant)
 (module (type_alias_statement (type (identifier) @name)) @definition.type)
+; A constant's docstring: the string right below it (PEP 257's attribute
+; docstrings, as Sphinx reads them).
+(module (expression_statement (assignment left: (identifier) @name)) @definition.constant
+  .
+  (expression_statement (string) @doc))
 
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly

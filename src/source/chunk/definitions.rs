@@ -145,6 +145,12 @@ pub(super) fn find_definitions<'t>(
             .copied()
             .or(above)
             .filter(|&(a, b)| !(a..=b).contains(&own_row));
+        // A docstring captured below its definition (a Python constant's)
+        // ends the definition.
+        if let Some((a, b)) = def.doc.filter(|&(a, _)| a > def.end_row) {
+            debug_assert!(a <= b);
+            def.end_row = b;
+        }
     }
     comment_rows.sort_unstable();
     comment_rows.dedup();

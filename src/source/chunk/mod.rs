@@ -35,7 +35,8 @@ use parse_text::parse_tree;
 /// the functions it holds; a macro body is checked on its own. 10: the
 /// definitions inside a member named too; a comment after code on its row is
 /// not the next definition's (`class E < Error # :nodoc:` kept its class).
-const CHUNKER_VERSION: u32 = 10;
+/// 11: a docstring below a definition (a Python constant's) ends it.
+const CHUNKER_VERSION: u32 = 11;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
