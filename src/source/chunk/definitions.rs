@@ -147,9 +147,8 @@ pub(super) fn find_definitions<'t>(
             .filter(|&(a, b)| !(a..=b).contains(&own_row));
         // A docstring captured below its definition (a Python constant's)
         // ends the definition.
-        if let Some((a, b)) = def.doc.filter(|&(a, _)| a > def.end_row) {
-            debug_assert!(a <= b);
-            def.end_row = b;
+        if let Some((_, doc_end)) = def.doc.filter(|&(doc_start, _)| doc_start > def.end_row) {
+            def.end_row = doc_end;
         }
     }
     comment_rows.sort_unstable();

@@ -3,6 +3,7 @@
 //! holds for the source as written.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::ops::Range;
 
 use anyhow::{Context, Result};
@@ -40,12 +41,21 @@ fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
 fn item_macros_unwrapped(parser: &mut Parser, text: Cow<'_, str>, tree: Tree) -> Tree {
     const MAX_ROUNDS: usize = 8;
     let (mut text, mut tree) = (text, tree);
+    // Bodies found not to be items, by start (blanking keeps positions): a
+    // later round does not parse them again.
+    let mut not_items: HashSet<usize> = HashSet::new();
     for _ in 0..MAX_ROUNDS {
-        let wrappers: Vec<Range<usize>> = item_macros(tree.root_node())
-            .into_iter()
-            .filter(|m| parses_as_items(parser, &text[m.body.clone()]))
-            .flat_map(|m| m.wrapper)
-            .collect();
+        let mut wrappers: Vec<Range<usize>> = Vec::new();
+        for m in item_macros(tree.root_node()) {
+            if not_items.contains(&m.body.start) {
+                continue;
+            }
+            if parses_as_items(parser, &text[m.body.clone()]) {
+                wrappers.extend(m.wrapper);
+            } else {
+                not_items.insert(m.body.start);
+            }
+        }
         if wrappers.is_empty() {
             break;
         }
@@ -224,8 +234,8 @@ fn macros_blanked(source: &str) -> Cow<'_, str> {
     blanked(source, blanks)
 }
 
-/// `source` with the byte `ranges` (ASCII code) replaced by spaces, line
-/// breaks kept.
+/// `source` with the byte `ranges` (whole characters of code) replaced by
+/// spaces, line breaks kept, so rows and byte offsets hold.
 fn blanked(source: &str, ranges: Vec<Range<usize>>) -> Cow<'_, str> {
     if ranges.is_empty() {
         return source.into();
