@@ -957,6 +957,58 @@ fn a_header_named_in_a_question_is_not_an_identifier_it_asks_for() {
 }
 
 #[test]
+fn tiny_definitions_packed_together_weigh_less_in_a_question_asked_as_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // Two tiny accessors, packed into one chunk; a function with a helper
+    // nested in it is one definition, not a pack.
+    write(
+        root,
+        "net/accessors.py",
+        "def connect_timeout(settings):\n    return settings[\"connect timeout\"]\n\n\ndef read_timeout(settings):\n    return settings[\"read timeout\"]\n",
+    );
+    write(
+        root,
+        "net/timeouts.py",
+        "def timeouts(settings):\n    def read(key):\n        return settings[key + \" timeout\"]\n\n    return read(\"connect\"), read(\"read\")\n",
+    );
+    write_unrelated(root, "util", 20);
+    ken_ok(root, &["index", "--no-embed", "-q"]);
+    let packed_factor = |query: &str, path: &str| -> bool {
+        let hits = search_explained(root, query, 5);
+        let hit = hits
+            .iter()
+            .find(|h| h["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {hits:#?}"));
+        let factors = hit["explain"]["factors"].as_array().cloned().unwrap_or_default();
+        factors
+            .iter()
+            .any(|f| f["reason"] == "tiny definitions packed, for a question")
+    };
+    // The pack has more of the words (BM25), so it comes first but for a
+    // question asked as one.
+    let question = "Where is the connect timeout read from the settings?";
+    assert_eq!(
+        paths(&search(root, question, 2)),
+        ["net/timeouts.py", "net/accessors.py"]
+    );
+    assert!(packed_factor(question, "net/accessors.py"));
+    assert!(!packed_factor(question, "net/timeouts.py"));
+    // A doc comment or an issue title is often about one of them.
+    let statement = "connect timeout read from the settings";
+    assert_eq!(
+        paths(&search(root, statement, 2)),
+        ["net/accessors.py", "net/timeouts.py"]
+    );
+    assert!(!packed_factor(statement, "net/accessors.py"));
+    // A question that names one of them asks for it.
+    assert!(!packed_factor(
+        "where is connect_timeout read from the settings?",
+        "net/accessors.py"
+    ));
+}
+
+#[test]
 fn a_definition_whose_name_the_question_says_ranks_first() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();

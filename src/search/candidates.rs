@@ -726,6 +726,7 @@ fn read_rows(store: &Store, branch: &str, ids: &[i64], models: RowModels) -> Res
                 content_hash: row.content_hash,
                 comments: crate::source::chunk::parse_doc_lines(row.comments.as_deref(), row.start_line),
                 import_lines,
+                packed: row.side_by_side >= 2,
             };
             Ok((
                 id,

@@ -42,6 +42,9 @@ pub struct SearchHit {
     /// The lines (file lines) where its import statements start, read only
     /// for a query that quotes code.
     pub import_lines: Vec<u32>,
+    /// Tiny definitions packed side by side (`source::chunk`'s packing), not
+    /// one definition (false in the shared engine, whose rows do not say).
+    pub packed: bool,
 }
 
 /// Lines of a file, 1-based and inclusive.

@@ -105,6 +105,10 @@ pub struct ChunkRow {
     pub vector: Option<Vec<u8>>,
     /// Its signature vectors (one per name, end to end) of the model asked for.
     pub signature: Option<Vec<u8>>,
+    /// How many definitions it holds side by side: its names that lie in
+    /// none of its other names (two or more when tiny ones were packed;
+    /// one for a function with definitions nested in it).
+    pub side_by_side: u32,
 }
 
 /// A definition of a symbol key: its chunk and where it is.
@@ -329,7 +333,14 @@ impl Store {
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
                     CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
-                    c.content_hash, c.comments
+                    c.content_hash, c.comments,
+                    CASE WHEN instr(c.symbol, ', ') > 0 THEN
+                        (SELECT count(*) FROM chunk_symbols s WHERE s.chunk_id = c.id AND NOT EXISTS (
+                            SELECT 1 FROM chunk_symbols o
+                            WHERE o.chunk_id = c.id AND o.rowid <> s.rowid
+                              AND o.start_line <= s.start_line AND s.end_line <= o.end_line
+                              AND (o.start_line < s.start_line OR s.end_line < o.end_line OR o.rowid < s.rowid)))
+                    ELSE 1 END
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2
@@ -349,6 +360,7 @@ impl Store {
                 signature: r.get(9)?,
                 content_hash: r.get(10)?,
                 comments: r.get(11)?,
+                side_by_side: r.get(12)?,
             })
         })?;
         Ok(row)
