@@ -1050,6 +1050,12 @@ fn changelogs_and_config_files_rank_after_source_unless_asked_for() {
         "settings.yaml",
         &"retry:\n  backoff_delay: 3  # retry backoff delay\n".repeat(4),
     );
+    // A page's front matter is prose too, though not a section of it.
+    write(
+        root,
+        "site/retry.md",
+        "---\ntitle: Retry backoff delay\ndescription: The retry backoff delay, and how the retry backoff delay grows.\n---\n\n# Waiting\n\nSee below.\n",
+    );
     ken_ok(root, &["index", "--no-embed", "-q"]);
     let hits = search(root, "retry backoff delay", 5);
     assert_eq!(hits[0]["path"], "src/retry.py", "{hits:?}");

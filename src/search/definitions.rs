@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use anyhow::Result;
 
 use crate::source::lexical::{self, QueryTerms};
-use crate::source::paths::{is_config_language, is_prose_kind};
+use crate::source::paths::{is_config_language, is_prose};
 
 use super::candidates::Candidate;
 use super::hit::{code_words, contains_whole};
@@ -51,7 +51,7 @@ struct SymbolRow {
 impl SymbolRow {
     /// A definition in code, not a heading of prose or a key of a config file.
     fn is_code(&self) -> bool {
-        !is_prose_kind(&self.kind) && !is_config_language(&self.language)
+        !is_prose(&self.kind, &self.language) && !is_config_language(&self.language)
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::source::lexical::{self, QueryTerms};
 use crate::source::paths::{
-    file_stem, is_auxiliary_path, is_changelog_path, is_config_language, is_docs_path, is_prose_kind, is_test_path,
+    file_stem, is_auxiliary_path, is_changelog_path, is_config_language, is_docs_path, is_prose, is_test_path,
 };
 
 use super::candidates::Candidate;
@@ -172,7 +172,7 @@ fn rerank_factors(hit: &SearchHit, defines: Defines, intent: QueryIntent) -> Vec
         };
         factors.push(("a type, for a question", factor));
     }
-    let prose = is_prose_kind(&hit.kind);
+    let prose = is_prose(&hit.kind, &hit.language);
     let changelog = prose && is_changelog_path(&hit.path);
     let config = is_config_language(&hit.language);
     let asked_for_this = (changelog && intent.changelog) || (config && intent.config);

@@ -166,9 +166,11 @@ pub fn is_changelog_path(path: &str) -> bool {
     CHANGELOG_STEMS.contains(&stem) || segments.iter().any(|dir| CHANGELOG_DIRS.contains(dir))
 }
 
-/// Chunks of prose: text windows and sections of markup.
-pub fn is_prose_kind(kind: &str) -> bool {
-    matches!(kind, "text" | "section")
+/// Chunks of prose: text windows, sections of markup, and whatever else a
+/// Markdown file holds (its front matter and the text before its first
+/// heading are `module` chunks).
+pub fn is_prose(kind: &str, language: &str) -> bool {
+    matches!(kind, "text" | "section") || language == "markdown"
 }
 
 /// Languages of config files (and plain text).
