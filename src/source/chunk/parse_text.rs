@@ -26,7 +26,7 @@ pub(super) fn parse_tree(lang: &Language, parser: &mut Parser, source: &str) -> 
 fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
     match lang.name {
         "c" | "cpp" => macros_blanked(source),
-        "kotlin" => platform_modifiers_blanked(source),
+        "kotlin" => names_read_as_keywords_renamed(platform_modifiers_blanked(source)),
         _ => source.into(),
     }
 }
@@ -187,6 +187,70 @@ fn platform_modifiers_blanked(source: &str) -> Cow<'_, str> {
         }
     }
     blanked(source, blanks)
+}
+
+/// Kotlin names the grammar reads as keywords at the start of a line, where
+/// the class around them was lost to the error: a modifier used as a
+/// variable (`open = isOpen`, `set += bit`, `suspend = { ... }`) and a name
+/// that starts as the operator `in` or `as` (`in1.close()`). Their first
+/// letter becomes `_`, so the line reads as the name it is.
+fn names_read_as_keywords_renamed(text: Cow<'_, str>) -> Cow<'_, str> {
+    const READ_AS_MODIFIERS: &[&str] = &[
+        "abstract",
+        "by",
+        "crossinline",
+        "dynamic",
+        "external",
+        "final",
+        "get",
+        "infix",
+        "inline",
+        "internal",
+        "lateinit",
+        "noinline",
+        "open",
+        "override",
+        "private",
+        "protected",
+        "public",
+        "sealed",
+        "set",
+        "suspend",
+        "tailrec",
+        "vararg",
+        "where",
+    ];
+    // What follows a name used as one, never a modifier.
+    const NAME_USES: &[&str] = &[".", "?.", "[", "!!", "++", "--", "+=", "-=", "*=", "/=", "%="];
+    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
+    let mut renamed = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let code = line.trim_start_matches([' ', '\t']);
+        let at = offset + line.len() - code.len();
+        offset += line.len();
+        let word = &code[..code.find(|c: char| !is_name_char(c)).unwrap_or(code.len())];
+        let rest = code[word.len()..].trim_start_matches([' ', '\t']);
+        let assigned = rest.starts_with('=') && !rest.starts_with("==");
+        let as_modifier =
+            READ_AS_MODIFIERS.contains(&word) && (assigned || NAME_USES.iter().any(|u| rest.starts_with(u)));
+        let as_operator = ["in", "as"].iter().any(|op| {
+            word.strip_prefix(op)
+                .is_some_and(|tail| tail.starts_with(|c: char| c.is_ascii_digit() || c == '_'))
+        });
+        if as_modifier || as_operator {
+            renamed.push(at);
+        }
+    }
+    if renamed.is_empty() {
+        return text;
+    }
+    let mut bytes = text.into_owned().into_bytes();
+    for at in renamed {
+        bytes[at] = b'_';
+    }
+    // Each replaced byte was an ASCII letter.
+    String::from_utf8(bytes).expect("ASCII replaced by ASCII").into()
 }
 
 /// The text a C or C++ grammar parses: macros it cannot expand, which make it
