@@ -26,7 +26,10 @@ pub(super) fn parse_tree(lang: &Language, parser: &mut Parser, source: &str) -> 
 fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
     match lang.name {
         "c" | "cpp" => macros_blanked(source),
-        "kotlin" => names_read_as_keywords_renamed(platform_modifiers_blanked(source)),
+        "kotlin" => {
+            let blanks = [platform_modifiers(source), constructor_annotations(source)].concat();
+            names_read_as_keywords_renamed(blanked(source, blanks))
+        }
         _ => source.into(),
     }
 }
@@ -138,7 +141,7 @@ fn item_macro(invocation: Node) -> Option<ItemMacro> {
 /// grammar does not take them: `actual open class A` under an annotation line
 /// and `internal actual constructor(` on the line after the class read as
 /// expressions, and the class and its methods were lost to them.
-fn platform_modifiers_blanked(source: &str) -> Cow<'_, str> {
+fn platform_modifiers(source: &str) -> Vec<Range<usize>> {
     const FOLLOWERS: &[&str] = &[
         "class",
         "fun",
@@ -177,16 +180,87 @@ fn platform_modifiers_blanked(source: &str) -> Cow<'_, str> {
             let rest = &source[at + word.len()..];
             let next = rest.trim_start_matches([' ', '\t']);
             let spaced = next.len() < rest.len();
-            let followed = FOLLOWERS.iter().any(|f| {
-                next.strip_prefix(f)
-                    .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
-            });
+            let followed = FOLLOWERS.iter().any(|f| starts_with_word(next, f));
             if before_ok && spaced && followed {
                 blanks.push(at..at + word.len());
             }
         }
     }
-    blanked(source, blanks)
+    blanks
+}
+
+/// Kotlin annotations that open a line before a primary constructor with a
+/// modifier (`class A\n  @Inject internal constructor(`, `@PublishedApi
+/// internal constructor(`): the grammar took the constructor for an
+/// expression, and the class body for a lambda.
+fn constructor_annotations(source: &str) -> Vec<Range<usize>> {
+    const MODIFIERS: &[&str] = &["internal", "public", "private", "protected", "actual", "expect"];
+    let mut blanks = Vec::new();
+    let mut offset = 0;
+    for line in source.split_inclusive('\n') {
+        let code = line.trim_start_matches([' ', '\t']);
+        let at = offset + line.len() - code.len();
+        offset += line.len();
+        if !code.starts_with('@') {
+            continue;
+        }
+        // The annotations and modifiers up to `constructor`, on this line and the next.
+        let mut rest = &source[at..];
+        let mut end = at;
+        let mut modified = false;
+        loop {
+            rest = rest.trim_start();
+            if let Some(annotation) = annotation_len(rest) {
+                end = source.len() - rest.len() + annotation;
+                rest = &rest[annotation..];
+            } else if let Some(word) = MODIFIERS.iter().find(|m| starts_with_word(rest, m)) {
+                rest = &rest[word.len()..];
+                modified = true;
+            } else {
+                break;
+            }
+        }
+        // Without a modifier (`@JvmOverloads\n constructor(`) the grammar reads it.
+        if starts_with_word(rest, "constructor") && modified && end > at {
+            blanks.push(at..end);
+        }
+    }
+    blanks
+}
+
+/// The length of the annotation `text` starts with (`@Name`, `@a.b.Name(...)`
+/// with its arguments on one line), if it does.
+fn annotation_len(text: &str) -> Option<usize> {
+    let name = text.strip_prefix('@')?;
+    let name_len = name
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .unwrap_or(name.len());
+    if name_len == 0 {
+        return None;
+    }
+    let after = &name[name_len..];
+    if !after.starts_with('(') {
+        return Some(1 + name_len);
+    }
+    let mut depth = 0;
+    for (i, c) in after.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            '\n' => return None,
+            _ => {}
+        }
+        if depth == 0 {
+            return Some(1 + name_len + i + 1);
+        }
+    }
+    None
+}
+
+/// Whether `text` starts with `word` as a whole word.
+fn starts_with_word(text: &str, word: &str) -> bool {
+    text.strip_prefix(word)
+        .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
 }
 
 /// Kotlin names the grammar reads as keywords at the start of a line, where
