@@ -196,11 +196,7 @@ fn platform_modifiers(source: &str) -> Vec<Range<usize>> {
 fn constructor_annotations(source: &str) -> Vec<Range<usize>> {
     const MODIFIERS: &[&str] = &["internal", "public", "private", "protected", "actual", "expect"];
     let mut blanks = Vec::new();
-    let mut offset = 0;
-    for line in source.split_inclusive('\n') {
-        let code = line.trim_start_matches([' ', '\t']);
-        let at = offset + line.len() - code.len();
-        offset += line.len();
+    for (at, code) in indented_lines(source) {
         if !code.starts_with('@') {
             continue;
         }
@@ -257,6 +253,17 @@ fn annotation_len(text: &str) -> Option<usize> {
     None
 }
 
+/// Each line of `text` from its first character after the indentation, with
+/// that character's offset in `text`.
+fn indented_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.split_inclusive('\n').scan(0, |offset, line| {
+        let code = line.trim_start_matches([' ', '\t']);
+        let at = *offset + line.len() - code.len();
+        *offset += line.len();
+        Some((at, code))
+    })
+}
+
 /// Whether `text` starts with `word` as a whole word.
 fn starts_with_word(text: &str, word: &str) -> bool {
     text.strip_prefix(word)
@@ -298,11 +305,7 @@ fn names_read_as_keywords_renamed(text: Cow<'_, str>) -> Cow<'_, str> {
     const NAME_USES: &[&str] = &[".", "?.", "[", "!!", "++", "--", "+=", "-=", "*=", "/=", "%="];
     let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
     let mut renamed = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let code = line.trim_start_matches([' ', '\t']);
-        let at = offset + line.len() - code.len();
-        offset += line.len();
+    for (at, code) in indented_lines(&text) {
         let word = &code[..code.find(|c: char| !is_name_char(c)).unwrap_or(code.len())];
         let rest = code[word.len()..].trim_start_matches([' ', '\t']);
         let assigned = rest.starts_with('=') && !rest.starts_with("==");
