@@ -32,6 +32,11 @@
 (program (lexical_declaration
   (variable_declarator name: (identifier) @name
     value: (call_expression arguments: (arguments [(arrow_function) (function_expression)])))) @definition.function)
+; A named function a top-level call is given (`defineGetter(req, 'protocol',
+; function protocol() {...})`, `app.get('/', function index(req, res) {...})`)
+; is defined by its name.
+(program (expression_statement (call_expression
+  arguments: (arguments (function_expression name: (identifier) @name)))) @definition.function)
 
 ; Tests (Jest, Vitest, Mocha): `describe("...", () => {...})` groups
 ; `it("...", ...)` and `test("...", ...)` cases, each named by its title (as
