@@ -1,6 +1,7 @@
 //! Doc comments are the `@doc` captures of `chunks.scm`: the comments right
-//! above a definition (no blank line between) or, where the language puts
-//! them there, its docstring; a comment a blank line away is no doc.
+//! above a definition (no blank line between; one for a `/** ... */` block
+//! below some code) or, where the language puts them there, its docstring;
+//! any other comment a blank line away is no doc.
 
 use ken::source::chunk::{chunk_source, ChunkLimits};
 use ken::source::lang;
@@ -337,6 +338,37 @@ fn a_comment_a_blank_line_away_or_on_the_definition_line_is_no_doc() {
         // The comment of the definition before is not the next one's.
         ("rust", "/// Doc of a.\nfn a() {}\nfn b() {}\n", "b", None),
         ("c", "int x; /* trailing */\nint f(void) { return 0; }\n", "f", None),
+        // A block doc comment that opens the file is its header.
+        ("javascript", "/**\n * express\n */\n\nfunction add() {}\n", "add", None),
+        // Two blank lines part it from the code below.
+        (
+            "javascript",
+            "var a = 1;\n\n/** Adds. */\n\n\nfunction add() {}\n",
+            "add",
+            None,
+        ),
+    ]);
+}
+
+#[test]
+fn a_block_doc_comment_one_blank_line_above_a_definition_is_its_doc() {
+    // JSDoc, Javadoc and PHPDoc attach it across the blank line Express
+    // leaves under every doc comment.
+    check(&[
+        (
+            "javascript",
+            "var req = {};\n\n/**\n * Check if the given `encoding`s are accepted.\n */\n\nreq.acceptsEncodings = function(){\n  return true;\n};\n",
+            "acceptsEncodings",
+            Some("/**|* Check if the given `encoding`s are accepted.|*/"),
+        ),
+        (
+            "java",
+            "class A {\n    /** Parses it. */\n\n    void parse() {}\n}\n",
+            "parse",
+            Some("/** Parses it. */"),
+        ),
+        // A line comment keeps to its own paragraph.
+        ("javascript", "var a = 1;\n\n// Adds.\n\nfunction add() {}\n", "add", None),
     ]);
 }
 

@@ -75,7 +75,7 @@ pub(super) fn find_definitions<'t>(
         let mut name = None;
         let mut name_row = None;
         let mut docs: Option<(usize, usize)> = None;
-        let mut doc_ids = Vec::new();
+        let mut doc_nodes = Vec::new();
         let mut attribute_ids = Vec::new();
         for cap in m.captures() {
             let cap_name = names[cap.index as usize];
@@ -86,7 +86,7 @@ pub(super) fn find_definitions<'t>(
                 name = cap.node.utf8_text(source.as_bytes()).ok().map(clean_name);
                 name_row = Some(cap.node.start_position().row);
             } else if cap_name == "doc" {
-                doc_ids.push(cap.node.id());
+                doc_nodes.push(cap.node);
                 comment_rows.push((cap.node.start_position().row, end_row(&cap.node)));
                 docs = Some(widen(docs, cap.node.start_position().row, end_row(&cap.node)));
             } else if cap_name == "attribute" {
@@ -97,7 +97,7 @@ pub(super) fn find_definitions<'t>(
         // alone, not also to a member it may lie right above.
         let (Some(node), Some(kind)) = (def_node, kind) else {
             marked.extend(attribute_ids.into_iter().map(|id| (id, Mark::Attribute)));
-            marked.extend(doc_ids.into_iter().map(|id| (id, Mark::Doc)));
+            marked.extend(doc_nodes.into_iter().map(|n| (n.id(), doc_mark(n, source))));
             continue;
         };
         let key = (node.start_byte(), std::cmp::Reverse(node.end_byte()));
@@ -237,7 +237,23 @@ type TriviaStart = (usize, Option<(usize, usize)>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mark {
     Doc,
+    /// A `/** ... */` block below some code: JSDoc, Javadoc, PHPDoc and
+    /// Doxygen give it to the definition below it across a blank line, as
+    /// Express writes every doc comment.
+    BlockDoc,
     Attribute,
+}
+
+/// How a `@doc` node is marked: a block doc comment ([`Mark::BlockDoc`])
+/// unless it opens the file, where it is the file's header.
+fn doc_mark(node: Node, source: &str) -> Mark {
+    let text = &source[node.byte_range()];
+    let opens_file = source[..node.start_byte()].trim().is_empty();
+    if text.starts_with("/**") && !text.starts_with("/**/") && !opens_file {
+        Mark::BlockDoc
+    } else {
+        Mark::Doc
+    }
 }
 
 /// `node`'s start row extended over the trivia (and the `marked` nodes) that
@@ -265,12 +281,18 @@ fn trivia_start<'t>(
             start = start_before_last;
             return false;
         }
-        if !trivia || end_row(&prev) + 1 < start {
+        // One blank line may part a block doc comment from what it documents.
+        let gap = if mark == Some(&Mark::BlockDoc) && start == node.start_position().row {
+            2
+        } else {
+            1
+        };
+        if !trivia || end_row(&prev) + gap < start {
             return false;
         }
         start_before_last = start;
         start = prev.start_position().row;
-        if mark == Some(&Mark::Doc) {
+        if matches!(mark, Some(Mark::Doc | Mark::BlockDoc)) {
             doc_rows.push((start, end_row(&prev)));
         }
         true

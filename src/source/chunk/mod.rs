@@ -36,7 +36,7 @@ use parse_text::parse_tree;
 /// definitions inside a member named too; a comment after code on its row is
 /// not the next definition's (`class E < Error # :nodoc:` kept its class).
 /// 11: a docstring below a definition (a Python constant's) ends it.
-const CHUNKER_VERSION: u32 = 13;
+const CHUNKER_VERSION: u32 = 14;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.
@@ -116,8 +116,9 @@ pub struct ChunkSymbol {
     pub end_line: u32,
     /// Its doc comment's lines (1-based inclusive, file lines, within the
     /// chunk's): the `@doc` captures of `chunks.scm` that end right above
-    /// the definition (no blank line between; attributes may come between),
-    /// else the one its pattern captured inside it (a Python docstring).
+    /// the definition (no blank line between, but one below a `/** ... */`
+    /// block; attributes may come between), else the one its pattern
+    /// captured inside it (a Python docstring).
     pub doc: Option<(u32, u32)>,
 }
 
