@@ -22,6 +22,11 @@
 (program (expression_statement (assignment_expression
   left: (member_expression property: (property_identifier) @name)
   right: [(arrow_function) (function_expression)])) @definition.function)
+; Aliases assigned together (`res.set =\nres.header = function header(...)`):
+; named by the first.
+(program (expression_statement (assignment_expression
+  left: (member_expression property: (property_identifier) @name)
+  right: (assignment_expression right: [(arrow_function) (function_expression)]))) @definition.function)
 
 ; A function a call wraps (`forwardRef((props, ref) => ...)`, `memo(function
 ; Row() {...})`, a factory's `$constructor("Name", (inst, def) => {...})`) is
@@ -74,6 +79,12 @@
   (#not-match? @_value "^require\\("))
 (export_statement declaration: (lexical_declaration
   (variable_declarator name: (identifier) @name))) @definition.constant
+; A CommonJS export of a value (`exports.etag = createETagGenerator(...)`).
+(program (expression_statement (assignment_expression
+  left: (member_expression object: (identifier) @_exports property: (property_identifier) @name)
+  right: (_) @_value)) @definition.constant
+  (#eq? @_exports "exports")
+  (#not-match? @_value "^require\\("))
 
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
