@@ -120,3 +120,19 @@ fn opens_with_its_container(chunk: &ken::source::chunk::Chunk, name: &str) -> bo
     let container = chunk.context.as_deref().and_then(|c| c.lines().last()).unwrap_or("");
     first_line == container.trim() && first_line.contains(name)
 }
+
+/// A function a top-level call is given is named by the string before it
+/// (`defineGetter(req, 'fresh', function () {...})`), but a listener is not
+/// named by its event: `click` names no handler.
+#[test]
+fn a_listener_is_not_named_by_its_event() {
+    let source = "defineGetter(req, 'fresh', function () {\n  return true;\n});\n\nbutton.addEventListener('click', () => {\n  open();\n});\n\nprocess.on('exit', function () {\n  flush();\n});\n";
+    let javascript = lang::by_name("javascript").unwrap();
+    let chunks = chunk_source(Some(javascript), source, &ChunkLimits::default()).unwrap();
+    let names: Vec<&str> = chunks
+        .iter()
+        .flat_map(|c| &c.symbols)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(names, ["fresh"], "{chunks:#?}");
+}

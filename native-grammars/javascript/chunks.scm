@@ -37,11 +37,6 @@
 (program (lexical_declaration
   (variable_declarator name: (identifier) @name
     value: (call_expression arguments: (arguments [(arrow_function) (function_expression)])))) @definition.function)
-; A named function a top-level call is given (`defineGetter(req, 'protocol',
-; function protocol() {...})`, `app.get('/', function index(req, res) {...})`)
-; is defined by its name.
-(program (expression_statement (call_expression
-  arguments: (arguments (function_expression name: (identifier) @name)))) @definition.function)
 
 ; Tests (Jest, Vitest, Mocha): `describe("...", () => {...})` groups
 ; `it("...", ...)` and `test("...", ...)` cases, each named by its title (as
@@ -58,6 +53,19 @@
   function: (call_expression function: (member_expression object: (identifier) @_fn))
   arguments: (arguments . [(string (string_fragment) @name) (template_string) @name] . [(arrow_function) (function_expression)]))
   (#any-of? @_fn "describe" "it" "test")) @definition.function
+
+; After the tests (named by their titles), a named function a top-level call
+; is given (`defineGetter(req, 'protocol', function protocol() {...})`,
+; `app.get('/', function index(req, res) {...})`) is defined by its name.
+(program (expression_statement (call_expression
+  arguments: (arguments (function_expression name: (identifier) @name)))) @definition.function)
+; An unnamed one is named by the string right before it (`defineGetter(req,
+; 'fresh', function() {...})`, `app.get('/users', (req, res) => {...})`), but
+; for a listener: an event's name (`click`) is not its handler's.
+(program (expression_statement (call_expression
+  function: [(identifier) @_fn (member_expression property: (property_identifier) @_fn)]
+  arguments: (arguments (string (string_fragment) @name) . [(arrow_function) (function_expression)]))) @definition.function
+  (#not-any-of? @_fn "on" "once" "off" "addEventListener" "addListener" "prependListener" "removeListener" "emit" "accept" "dispose" "then"))
 
 ; Functions an object literal's properties hold (`onProgress: (e) => {...}`,
 ; `transformRequest: [function transformRequest(data) {...}]`) are its methods;
