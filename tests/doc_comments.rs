@@ -367,6 +367,13 @@ fn a_block_doc_comment_one_blank_line_above_a_definition_is_its_doc() {
             "parse",
             Some("/** Parses it. */"),
         ),
+        // Kotlin: the annotations between a doc and its declaration are not doc.
+        (
+            "kotlin",
+            "/** Runs a server. */\n@Target(AnnotationTarget.FIELD)\n@Retention(AnnotationRetention.RUNTIME)\nannotation class StartStop\n",
+            "StartStop",
+            Some("/** Runs a server. */"),
+        ),
         // A line comment keeps to its own paragraph.
         ("javascript", "var a = 1;\n\n// Adds.\n\nfunction add() {}\n", "add", None),
     ]);

@@ -85,6 +85,13 @@ pub(super) fn find_definitions<'t>(
             } else if cap_name == "name" && name.is_none() {
                 name = cap.node.utf8_text(source.as_bytes()).ok().map(clean_name);
                 name_row = Some(cap.node.start_position().row);
+            } else if cap_name == "doc"
+                && cap.node.kind().contains("comment")
+                && source[cap.node.byte_range()].starts_with('@')
+            {
+                // An annotation the parse text commented out (Kotlin's
+                // `annotations_commented`): an attribute of what is below.
+                attribute_ids.push(cap.node.id());
             } else if cap_name == "doc" {
                 doc_nodes.push(cap.node);
                 comment_rows.push((cap.node.start_position().row, end_row(&cap.node)));

@@ -28,7 +28,7 @@ fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
         "c" | "cpp" => macros_blanked(source),
         "kotlin" => {
             let blanks = [platform_modifiers(source), constructor_annotations(source)].concat();
-            names_read_as_keywords_renamed(blanked(source, blanks))
+            annotations_commented(names_read_as_keywords_renamed(blanked(source, blanks)))
         }
         _ => source.into(),
     }
@@ -251,6 +251,65 @@ fn annotation_len(text: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// Kotlin annotations right before an `enum class`, `annotation class` or
+/// `fun interface` (`@Target(AnnotationTarget.FIELD)\nannotation class
+/// StartStop`): the grammar read them and the declaration as expressions,
+/// and lost the rest of the file with them. Each becomes a block comment of
+/// its length, so the declaration keeps its doc above them.
+fn annotations_commented(text: Cow<'_, str>) -> Cow<'_, str> {
+    const AFTER_ANNOTATIONS: &[&str] = &["enum class", "annotation class", "fun interface"];
+    let lines: Vec<(usize, &str)> = indented_lines(&text).collect();
+    let mut commented: Vec<Range<usize>> = Vec::new();
+    for (i, &(at, code)) in lines.iter().enumerate() {
+        let (own, rest) = leading_annotations(at, code);
+        if !AFTER_ANNOTATIONS.iter().any(|k| starts_with_word(rest, k)) {
+            continue;
+        }
+        commented.extend(own);
+        // The lines of annotations alone above it.
+        for &(above_at, above) in lines[..i].iter().rev() {
+            let (spans, rest) = leading_annotations(above_at, above.trim_end());
+            if spans.is_empty() || !rest.is_empty() {
+                break;
+            }
+            commented.extend(spans);
+        }
+    }
+    // A comment needs four bytes, and ends at no `*/` inside (nor opens a
+    // nested one); only ASCII bytes are replaced.
+    commented.retain(|r| {
+        let span = &text[r.clone()];
+        let ends_ascii = |b: &[u8]| b.iter().all(u8::is_ascii);
+        span.len() >= 4
+            && !span.contains("*/")
+            && !span.contains("/*")
+            && ends_ascii(&span.as_bytes()[..2])
+            && ends_ascii(&span.as_bytes()[span.len() - 2..])
+    });
+    if commented.is_empty() {
+        return text;
+    }
+    let mut bytes = text.into_owned().into_bytes();
+    for range in commented {
+        bytes[range.start..range.start + 2].copy_from_slice(b"/*");
+        bytes[range.end - 2..range.end].copy_from_slice(b"*/");
+    }
+    String::from_utf8(bytes).expect("ASCII replaced by ASCII").into()
+}
+
+/// The annotations `code` (at offset `at` of the text) opens with, as
+/// ranges of the text, and what follows them.
+fn leading_annotations(at: usize, code: &str) -> (Vec<Range<usize>>, &str) {
+    let mut spans = Vec::new();
+    let mut rest = code;
+    while let Some(len) = annotation_len(rest) {
+        let start = at + code.len() - rest.len();
+        spans.push(start..start + len);
+        rest = rest[len..].trim_start_matches([' ', '\t']);
+    }
+    (spans, rest)
 }
 
 /// Each line of `text` from its first character after the indentation, with
