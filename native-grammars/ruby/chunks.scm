@@ -35,6 +35,14 @@
   block: (do_block)
   (#any-of? @_example "it" "specify" "scenario" "example" "test")) @definition.function
 
+; Routes of Sinatra-style apps (Sinatra, Padrino, Roda, Grape): `get '/users'
+; do ... end` is the handler of that path.
+(call
+  method: (identifier) @_verb
+  arguments: (argument_list . (string (string_content) @name))
+  block: (do_block)
+  (#any-of? @_verb "get" "post" "put" "patch" "delete" "head" "options" "link" "unlink")) @definition.function
+
 ; Doc comments (`@doc`), in the tags.scm convention `(comment)* @doc .
 ; (definition)`: a comment is the doc of the definition it lies directly
 ; above (no blank line between; attributes and decorators may come between).
