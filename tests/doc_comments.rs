@@ -374,6 +374,18 @@ fn a_block_doc_comment_one_blank_line_above_a_definition_is_its_doc() {
             "StartStop",
             Some("/** Runs a server. */"),
         ),
+        (
+            "kotlin",
+            "/** A hot flow. */\n@OptIn(ExperimentalSubclassOptIn::class)\n@SubclassOptInRequired(Internal::class)\npublic interface SharedFlow<out T> {\n    val replayCache: List<T>\n}\n\n/** The next one. */\nfun next() {}\n",
+            "SharedFlow",
+            Some("/** A hot flow. */"),
+        ),
+        (
+            "kotlin",
+            "/** Suppressed. */\n@Suppress(\"UNCHECKED_CAST\")\nfun f() {}\n\nfun g() {}\n",
+            "f",
+            Some("/** Suppressed. */"),
+        ),
         // A line comment keeps to its own paragraph.
         ("javascript", "var a = 1;\n\n// Adds.\n\nfunction add() {}\n", "add", None),
     ]);

@@ -36,7 +36,7 @@ use parse_text::parse_tree;
 /// definitions inside a member named too; a comment after code on its row is
 /// not the next definition's (`class E < Error # :nodoc:` kept its class).
 /// 11: a docstring below a definition (a Python constant's) ends it.
-const CHUNKER_VERSION: u32 = 15;
+const CHUNKER_VERSION: u32 = 16;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.

@@ -253,22 +253,31 @@ fn annotation_len(text: &str) -> Option<usize> {
     None
 }
 
-/// Kotlin annotations right before an `enum class`, `annotation class` or
-/// `fun interface` (`@Target(AnnotationTarget.FIELD)\nannotation class
-/// StartStop`): the grammar read them and the declaration as expressions,
-/// and lost the rest of the file with them. Each becomes a block comment of
-/// its length, so the declaration keeps its doc above them.
+/// Kotlin annotations the grammar reads as an expression, not as the
+/// declaration's: any before an `enum class`, `annotation class` or `fun
+/// interface` (`@Target(AnnotationTarget.FIELD)\nannotation class
+/// StartStop`: the rest of the file was lost with them), and those before a
+/// top-level declaration (`@OptIn(X::class)\npublic interface SharedFlow`
+/// parsed as an annotated expression and a bare interface, its doc
+/// parted from it). Each becomes a block comment of its length, so the
+/// declaration keeps its doc above them.
 fn annotations_commented(text: Cow<'_, str>) -> Cow<'_, str> {
     const AFTER_ANNOTATIONS: &[&str] = &["enum class", "annotation class", "fun interface"];
     let lines: Vec<(usize, &str)> = indented_lines(&text).collect();
     let mut commented: Vec<Range<usize>> = Vec::new();
     for (i, &(at, code)) in lines.iter().enumerate() {
         let (own, rest) = leading_annotations(at, code);
-        if !AFTER_ANNOTATIONS.iter().any(|k| starts_with_word(rest, k)) {
+        let top_level = at == 0 || text.as_bytes()[at - 1] == b'\n';
+        let declaration = rest.starts_with(|c: char| c.is_alphabetic());
+        if AFTER_ANNOTATIONS.iter().any(|k| starts_with_word(rest, k)) {
+            // Those on its own line too (`@Retention(RUNTIME) annotation class`).
+            commented.extend(own);
+        } else if !(top_level && declaration) {
             continue;
         }
-        commented.extend(own);
-        // The lines of annotations alone above it.
+        // The lines of annotations alone above it. Not those on a top-level
+        // declaration's own line: a comment before `internal val` on its line
+        // cost the statement after it.
         for &(above_at, above) in lines[..i].iter().rev() {
             let (spans, rest) = leading_annotations(above_at, above.trim_end());
             if spans.is_empty() || !rest.is_empty() {
