@@ -19,6 +19,14 @@
 (program (variable_declaration
   (variable_declarator name: (identifier) @name value: [(arrow_function) (function_expression)])) @definition.function)
 
+; A CommonJS module's one export (`module.exports = function parseCookies(...)`)
+; is named by its function; unnamed, it is `exports`, which a question names
+; by the file, as it does a default export.
+(program (expression_statement (assignment_expression
+  left: (member_expression object: (identifier) @_module property: (property_identifier) @_exports)
+  right: (function_expression name: (identifier) @name))) @definition.function
+  (#eq? @_module "module")
+  (#eq? @_exports "exports"))
 (program (expression_statement (assignment_expression
   left: (member_expression property: (property_identifier) @name)
   right: [(arrow_function) (function_expression)])) @definition.function)

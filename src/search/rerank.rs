@@ -241,7 +241,7 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
     symbol
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .find_map(|name| match &owner {
-            _ if name == DEFAULT_EXPORT => {
+            _ if name == DEFAULT_EXPORT || name == COMMONJS_EXPORT => {
                 said(file_stem(&hit.path)).then_some("the question names its module (a default export)")
             }
             Some(owner) if is_constructor(name, owner) => {
@@ -255,6 +255,9 @@ fn says_name(hit: &SearchHit, q: &QueryTerms) -> Option<&'static str> {
 /// TypeScript): importers name it after its file, and so does a question
 /// (`parseHeaders.js`); "defaults" does not name it.
 const DEFAULT_EXPORT: &str = "default";
+/// What `chunks.scm` names a CommonJS module's one unnamed export
+/// (`module.exports = function (...) {...}`): its default export.
+const COMMONJS_EXPORT: &str = "exports";
 
 /// Names a constructor has, whatever its type: a question names the type
 /// ("Creates a new searcher builder" for `SearcherBuilder::new`).
@@ -426,6 +429,15 @@ mod tests {
             Some("the question names its module (a default export)")
         );
         assert!(says_name(&export("lib/helpers/resolveConfig.js"), &q).is_none());
+        // So is a CommonJS module's one unnamed export (`module.exports = function`).
+        let commonjs = SearchHit {
+            path: "lib/parse-headers.js".to_string(),
+            ..named("exports")
+        };
+        assert_eq!(
+            says_name(&commonjs, &q),
+            Some("the question names its module (a default export)")
+        );
     }
 
     #[test]
