@@ -97,7 +97,7 @@ const TYPES: &[&str] = &[
 /// Languages whose code can call each other's definitions.
 pub(super) fn family(language: &str) -> &str {
     match language {
-        "javascript" | "typescript" | "tsx" => "js",
+        "javascript" | "typescript" | "tsx" | "vue" | "svelte" => "js",
         "c" | "cpp" => "c",
         other => other,
     }

@@ -174,10 +174,14 @@ languages! {
     "rust" => tree_sitter_rust::LANGUAGE, ["rs"], [];
     "scala" => tree_sitter_scala::LANGUAGE, ["scala", "sc"], [];
     "sql" => tree_sitter_sequel::LANGUAGE, ["sql"], [];
+    // Single-file components: the code of their `<script>` blocks, the rest
+    // blanked by `chunk::parse_text`.
+    "svelte" => tree_sitter_typescript::LANGUAGE_TYPESCRIPT, ["svelte"], [];
     "swift" => tree_sitter_swift::LANGUAGE, ["swift"], [];
     "toml" => tree_sitter_toml_ng::LANGUAGE, ["toml"], [];
     "tsx" => tree_sitter_typescript::LANGUAGE_TSX, ["tsx"], [];
     "typescript" => tree_sitter_typescript::LANGUAGE_TYPESCRIPT, ["ts", "mts", "cts"], [];
+    "vue" => tree_sitter_typescript::LANGUAGE_TYPESCRIPT, ["vue"], [];
     "yaml" => tree_sitter_yaml::LANGUAGE, ["yaml", "yml"], [];
     "zig" => tree_sitter_zig::LANGUAGE, ["zig"], [];
 }
@@ -206,8 +210,10 @@ fn tags_source(name: &str) -> Option<&'static str> {
         "rust",
         "scala",
         "swift",
+        "svelte",
         "tsx",
-        "typescript"
+        "typescript",
+        "vue"
     )
 }
 

@@ -26,6 +26,7 @@ pub(super) fn parse_tree(lang: &Language, parser: &mut Parser, source: &str) -> 
 fn parse_text<'s>(lang: &Language, source: &'s str) -> Cow<'s, str> {
     match lang.name {
         "c" | "cpp" => macros_blanked(source),
+        "vue" | "svelte" => outside_scripts_blanked(source),
         "kotlin" => {
             let blanks = [platform_modifiers(source), constructor_annotations(source)].concat();
             annotations_commented(names_read_as_keywords_renamed(blanked(source, blanks)))
@@ -134,6 +135,39 @@ fn item_macro(invocation: Node) -> Option<ItemMacro> {
     begins_item.then(|| ItemMacro {
         wrapper: [invocation.start_byte()..open.end_byte(), close.byte_range()],
         body: open.end_byte()..close.start_byte(),
+    })
+}
+
+/// A single-file component (Vue, Svelte) with everything but the code of its
+/// `<script>` blocks blanked: the template and the styles, and the tags.
+fn outside_scripts_blanked(source: &str) -> Cow<'_, str> {
+    let mut blanks = Vec::new();
+    let mut from = 0;
+    let mut rest = source;
+    while let Some(open) = find_tag(rest, "<script") {
+        let Some(open_end) = rest[open..].find('>').map(|e| open + e + 1) else {
+            break;
+        };
+        let close = find_tag(&rest[open_end..], "</script").map_or(rest.len(), |c| open_end + c);
+        let offset = source.len() - rest.len();
+        blanks.push(from..offset + open_end);
+        from = offset + close;
+        rest = &rest[close..];
+    }
+    blanks.push(from..source.len());
+    blanks.retain(|r| !r.is_empty());
+    blanked(source, blanks)
+}
+
+/// Where the tag `name` (`<script`, `</script`) opens in `text`, followed by
+/// `>`, a space or a line break, ASCII case aside.
+fn find_tag(text: &str, name: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    lower.match_indices(name).map(|(at, _)| at).find(|&at| {
+        lower[at + name.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '>' || c.is_ascii_whitespace())
     })
 }
 

@@ -1,0 +1,2 @@
+; Code graph references for Svelte single-file components: the TypeScript patterns.
+; inherits: typescript
