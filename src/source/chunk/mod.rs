@@ -35,8 +35,12 @@ use parse_text::parse_tree;
 /// the functions it holds; a macro body is checked on its own. 10: the
 /// definitions inside a member named too; a comment after code on its row is
 /// not the next definition's (`class E < Error # :nodoc:` kept its class).
-/// 11: a docstring below a definition (a Python constant's) ends it.
-const CHUNKER_VERSION: u32 = 16;
+/// 11: a docstring below a definition (a Python constant's) ends it. 12-16:
+/// Kotlin names read as keywords renamed and annotations commented in the
+/// parse text; a `/** ... */` block a blank line above its definition is its
+/// doc. 17: a Vue or Svelte `<script>` tag ends at the first `>` outside
+/// quotes (`generic="T extends Record<string, any>"`).
+const CHUNKER_VERSION: u32 = 17;
 
 /// Identifies the chunking rules in effect (algorithm, queries, limits); an
 /// index built under other rules is re-chunked.

@@ -145,7 +145,7 @@ fn outside_scripts_blanked(source: &str) -> Cow<'_, str> {
     let mut from = 0;
     let mut rest = source;
     while let Some(open) = find_tag(rest, "<script") {
-        let Some(open_end) = rest[open..].find('>').map(|e| open + e + 1) else {
+        let Some(open_end) = tag_end(&rest[open..]).map(|e| open + e) else {
             break;
         };
         let close = find_tag(&rest[open_end..], "</script").map_or(rest.len(), |c| open_end + c);
@@ -157,6 +157,21 @@ fn outside_scripts_blanked(source: &str) -> Cow<'_, str> {
     blanks.push(from..source.len());
     blanks.retain(|r| !r.is_empty());
     blanked(source, blanks)
+}
+
+/// The length of the tag `text` opens with, to its closing `>` outside
+/// quoted attribute values (`generic="T extends Record<string, any>"`).
+fn tag_end(text: &str) -> Option<usize> {
+    let mut quote = None;
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(q), _) if c == q => quote = None,
+            (None, '>') => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Where the tag `name` (`<script`, `</script`) opens in `text`, followed by
@@ -263,7 +278,7 @@ fn constructor_annotations(source: &str) -> Vec<Range<usize>> {
 fn annotation_len(text: &str) -> Option<usize> {
     let name = text.strip_prefix('@')?;
     let name_len = name
-        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .find(|c: char| !(is_name_char(c) || c == '.'))
         .unwrap_or(name.len());
     if name_len == 0 {
         return None;
@@ -366,10 +381,15 @@ fn indented_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 
+/// A character of a name (an identifier or a keyword).
+fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
 /// Whether `text` starts with `word` as a whole word.
 fn starts_with_word(text: &str, word: &str) -> bool {
     text.strip_prefix(word)
-        .is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .is_some_and(|after| !after.starts_with(is_name_char))
 }
 
 /// Kotlin names the grammar reads as keywords at the start of a line, where
@@ -405,7 +425,6 @@ fn names_read_as_keywords_renamed(text: Cow<'_, str>) -> Cow<'_, str> {
     ];
     // What follows a name used as one, never a modifier.
     const NAME_USES: &[&str] = &[".", "?.", "[", "!!", "++", "--", "+=", "-=", "*=", "/=", "%="];
-    let is_name_char = |c: char| c.is_alphanumeric() || c == '_';
     let mut renamed = Vec::new();
     for (at, code) in indented_lines(&text) {
         let word = &code[..code.find(|c: char| !is_name_char(c)).unwrap_or(code.len())];
@@ -488,4 +507,25 @@ fn blanked(source: &str, ranges: Vec<Range<usize>>) -> Cow<'_, str> {
         text[range].iter_mut().filter(|b| **b != b'\n').for_each(|b| *b = b' ');
     }
     String::from_utf8(text).map_or(source.into(), Cow::Owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_parses_as_the_code_of_its_scripts() {
+        // A `>` inside a quoted attribute does not end the tag.
+        let source = "<script setup lang=\"ts\" generic=\"T extends Record<string, any>\">\nconst a = 1\n</script>\n\n<template><p>{{ a }}</p></template>\n<SCRIPT>\nlet b = 2\n</SCRIPT>\n";
+        let text = outside_scripts_blanked(source);
+        assert_eq!(text.len(), source.len());
+        let lines: Vec<&str> = text.lines().collect();
+        let code: Vec<(usize, &str)> = lines
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        assert_eq!(code, [(1, "const a = 1"), (6, "let b = 2")], "{text:?}");
+    }
 }
