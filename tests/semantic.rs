@@ -572,6 +572,51 @@ fn semantic_search_finds_paraphrases_and_embeddings_are_reused() {
 }
 
 #[test]
+fn a_question_finds_code_that_says_its_words_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    // The question says "delete"; the code that does it says `remove`
+    // (hybrid: the synonyms are matched beside the vector side only).
+    write(
+        root,
+        "cache/sweep.py",
+        "def remove_expired(cache, now):\n    \"\"\"Drops what has outlived its time.\"\"\"\n    \
+         for key in [k for k, e in cache.items() if e.expires < now]:\n        cache.pop(key)\n",
+    );
+    write(
+        root,
+        "cache/listing.py",
+        "def list_expired(cache, now):\n    \"\"\"Lists the entries of the cache that have expired.\"\"\"\n    \
+         return [e for e in cache.values() if e.expires < now and e in cache]\n",
+    );
+    for i in 0..20 {
+        write(
+            root,
+            &format!("util/m{i}.py"),
+            &format!("def helper_{i}(entries):\n    return entries + {i}\n"),
+        );
+    }
+    index_and_fit(root);
+    let question = "Where does the cache delete the entries that expired?";
+    assert_eq!(
+        paths(&search(root, question, 2)),
+        ["cache/sweep.py", "cache/listing.py"]
+    );
+    // Alone, without the vector side to weigh them too, they are not matched.
+    let lexical: Vec<String> = paths_and_scores(root, "lexical", 2, question)
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(lexical, ["cache/listing.py", "cache/sweep.py"]);
+    // A doc comment or an issue's title names things as the code does: its
+    // words are matched as they are.
+    assert_eq!(
+        paths(&search(root, "Delete the entries that expired from the cache", 2)),
+        ["cache/listing.py", "cache/sweep.py"]
+    );
+}
+
+#[test]
 fn a_chunk_without_a_vector_yet_is_not_buried() {
     model_dir();
     let tmp = tempfile::tempdir().unwrap();

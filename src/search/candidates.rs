@@ -22,6 +22,9 @@ use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Search
 
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
+/// The share of its IDF a word weighs that the question says otherwise
+/// ([`QueryTerms::synonyms`]): "settings" finds `config` after `settings`.
+const SYNONYM_IDF_SHARE: f64 = 0.5;
 /// Lexical candidates fetched per requested result, before the rerank.
 const OVERFETCH: usize = 8;
 /// In hybrid mode the vector side goes this many times deeper than the
@@ -352,9 +355,13 @@ impl Searcher {
         let prefetch = req.mode != SearchMode::Lexical && !deferred && query.wording.several_words();
         let prefetch_side = if prefetch { self.semantic_side().ok() } else { None };
         let nearest = vector_fetch(req.mode, fetch);
+        // A question's words as code says them are weak evidence: matched
+        // only where the vector side weighs every candidate too (alone they
+        // cost lexical agent file R@1 .675 → .625).
+        let synonyms = req.mode == SearchMode::Hybrid && prefetch_side.is_some();
         let lexical_and_rows = || {
             let started = Instant::now();
-            let lexical = self.lexical_side(query, req, fetch);
+            let lexical = self.lexical_side(query, req, fetch, synonyms);
             let lexical_done = Instant::now();
             // While the other core embeds the query, read the lexical
             // candidates' chunks and stored vectors (a failure here only
@@ -455,9 +462,16 @@ impl Searcher {
 
     /// BM25 candidates and exact symbol-name matches (none in semantic mode),
     /// with the common terms left out of the match.
-    fn lexical_side<'q>(&self, query: &'q Query, req: &SearchRequest, fetch: usize) -> Result<LexicalSide<'q>> {
+    /// With `synonyms`, also the words code says the query's with.
+    fn lexical_side<'q>(
+        &self,
+        query: &'q Query,
+        req: &SearchRequest,
+        fetch: usize,
+        synonyms: bool,
+    ) -> Result<LexicalSide<'q>> {
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
-        let (terms, common) = self.selective_terms(&query.lexical)?;
+        let (terms, common) = self.selective_terms(&query.lexical, synonyms)?;
         let mut scores = None;
         if req.mode != SearchMode::Semantic && !terms.is_empty() {
             let ranked = self.lexical_candidates(&terms, req, fetch)?;
@@ -496,8 +510,9 @@ impl Searcher {
     /// candidates are matched on and the very common ones, which are left out
     /// of the match when rarer terms exist and the match would visit more
     /// than [`MATCH_ROW_BUDGET`] rows (they cost the most and rank the least);
-    /// those are scored on the candidates instead, with their document frequency.
-    fn selective_terms<'q>(&self, q: &'q QueryTerms) -> Result<(Terms<'q>, CommonTerms<'q>)> {
+    /// those are scored on the candidates instead, with their document
+    /// frequency. With `synonyms`, the query's [`QueryTerms::synonyms`] too.
+    fn selective_terms<'q>(&self, q: &'q QueryTerms, synonyms: bool) -> Result<(Terms<'q>, CommonTerms<'q>)> {
         let total = self.chunk_total()?;
         let mut with_df = Vec::new();
         for term in &q.terms {
@@ -509,6 +524,17 @@ impl Searcher {
         // The stored total is written at the end of an index run; chunks
         // committed since can make a term's frequency exceed it.
         let total = with_df.iter().map(|(_, df)| *df).fold(total, f64::max);
+        // A word the question says as code says it weighs a share of its IDF,
+        // given as the frequency that makes that IDF; left out when FTS5
+        // would count the frequencies itself (they lag the index).
+        if synonyms && !q.synonyms.is_empty() && self.store.common_terms_current()? {
+            for term in &q.synonyms {
+                let df = self.term_frequency(term)? as f64;
+                if df > 0.0 {
+                    with_df.push((term, frequency_for_idf_share(df, total, SYNONYM_IDF_SHARE)));
+                }
+            }
+        }
         // Rare terms are always matched; commoner ones too, rarest first,
         // while the rows to score stay within budget: a chunk that has only
         // the moderately common words of a query must still be found.
@@ -752,6 +778,14 @@ fn bm25_of(store: &crate::store::Store, terms: &[(&String, f64)], ids: &[i64]) -
     Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
 }
 
+/// The document frequency that gives a term of frequency `df` among `total`
+/// rows `share` of its IDF (FTS5's `ln((N - n + 0.5) / (n + 0.5))`).
+fn frequency_for_idf_share(df: f64, total: f64, share: f64) -> f64 {
+    let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+    let ratio = (share * idf).exp();
+    ((total + 0.5 - 0.5 * ratio) / (1.0 + ratio)).max(df)
+}
+
 /// The document frequencies the terms were chosen by, as `ken_bm25` takes
 /// them, when they are `store`'s snapshot's; `None` (FTS5 counts them again,
 /// walking each term's list) when the stored ones lag the index.
@@ -839,6 +873,19 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frequency_that_gives_a_share_of_the_idf() {
+        let idf = |df: f64, total: f64| ((total - df + 0.5) / (df + 0.5)).ln();
+        for (df, total) in [(1.0, 100.0), (40.0, 10_000.0), (3_000.0, 100_000.0)] {
+            let shared = frequency_for_idf_share(df, total, 0.5);
+            assert!(
+                (idf(shared, total) - 0.5 * idf(df, total)).abs() < 1e-9,
+                "{df} of {total}"
+            );
+            assert_eq!(frequency_for_idf_share(df, total, 1.0).round(), df);
+        }
+    }
 
     /// A common term counts once per non-overlapping occurrence in the
     /// lowercased symbol, path and body, each with its column's weight.

@@ -231,7 +231,8 @@ fn why_low(e: &Evidence, words_partly_match: bool) -> String {
         [] => "no result holds most of the query's rarer words".to_string(),
         words => {
             let quoted: Vec<String> = words.iter().take(4).map(|w| format!("`{w}`")).collect();
-            format!("{} occur nowhere in the index", quoted.join(", "))
+            let verb = if quoted.len() == 1 { "occurs" } else { "occur" };
+            format!("{} {verb} nowhere in the index", quoted.join(", "))
         }
     }
 }

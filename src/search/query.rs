@@ -23,11 +23,18 @@ pub(super) struct Query {
 
 impl Query {
     pub fn parse(text: &str) -> Query {
-        let lexical = QueryTerms::parse(text);
+        let mut lexical = QueryTerms::parse(text);
         let wording = Wording::of(text.split_whitespace().count());
+        let intent = QueryIntent::of(&lexical, wording, text);
+        // Asking where or how code does something, an agent describes it in
+        // its own words; a doc comment or an issue's title names things as
+        // the code and the program show them (synonyms cost swe-public).
+        if intent.interrogative {
+            lexical.add_synonyms();
+        }
         Query {
             text: text.to_string(),
-            intent: QueryIntent::of(&lexical, wording, text),
+            intent,
             lexical,
             wording,
             embed_text: crate::embed::text::query_text(text).into_owned(),
@@ -164,6 +171,21 @@ mod tests {
         for q in ["", "x", "a b", "a b c", "a b c d", "a  b\tc\nd e"] {
             assert_eq!(wording(q) == Wording::Question, lexical::is_question(q), "{q:?}");
         }
+    }
+
+    /// A question asked as one looks for its words as code says them too
+    /// (mined synonyms and abbreviations), but not for those it says itself;
+    /// a statement does not.
+    #[test]
+    fn a_question_asked_as_one_looks_for_its_words_as_code_says_them() {
+        let synonyms = |q: &str| Query::parse(q).lexical.synonyms;
+        let asked = synonyms("Where does the cache delete entries from the temporary directory?");
+        for code_word in ["remov", "temp", "dir"] {
+            assert!(asked.iter().any(|s| s == code_word), "{code_word}: {asked:?}");
+        }
+        assert!(synonyms("Delete entries from the temporary directory of the cache").is_empty());
+        let said = synonyms("Where does the cache delete and remove entries once they expire?");
+        assert!(!said.iter().any(|s| s == "remov"), "{said:?}");
     }
 
     /// A question asked as one (a question word and its verb, or a `?`)

@@ -166,6 +166,13 @@ pub fn index_terms(text: &str, out: &mut String) {
     for_each_word(text, |word| push_word_terms(word, out));
 }
 
+/// `term`'s stem, as the index has it.
+fn stemmed(term: &str) -> String {
+    let mut s = String::new();
+    push_stemmed(term, &mut s);
+    s
+}
+
 /// Lowercases and stems one term, memoized per thread (code repeats its words).
 fn push_stemmed(term: &str, out: &mut String) {
     static STEMMER: OnceLock<Stemmer> = OnceLock::new();
@@ -356,16 +363,11 @@ pub fn says_name_word(word: &str, terms: &[String]) -> bool {
         return true;
     }
     let long_forms = LONG_FORMS.get_or_init(|| {
-        let stem = |w: &str| {
-            let mut s = String::new();
-            push_stemmed(w, &mut s);
-            s
-        };
         let mut map: HashMap<String, Vec<String>> = HashMap::new();
         for (short, longs) in ABBREVIATIONS {
-            map.entry(stem(short))
+            map.entry(stemmed(short))
                 .or_default()
-                .extend(longs.iter().map(|l| stem(l)));
+                .extend(longs.iter().map(|l| stemmed(l)));
         }
         map
     });
@@ -391,6 +393,41 @@ pub struct QueryTerms {
     /// The terms of its words as written, without an identifier's parts:
     /// `iter_lines` names one function; it does not say `iter`.
     pub worded: Vec<String>,
+    /// Its words as code says them ("deleted" as `remove`, "directory" as
+    /// `dir`) that it does not say itself; empty unless
+    /// [`Self::add_synonyms`] filled it.
+    pub synonyms: Vec<String>,
+}
+
+/// A question's words and the words code says them with, mined from public
+/// repositories' doc comments and their code (`scripts/synonyms/`): `delete:
+/// remove`, `parses: parser`.
+const SYNONYMS: &str = include_str!("synonyms.txt");
+
+/// The words (stemmed) code says the question's (stemmed) `term` with: the
+/// abbreviations of [`ABBREVIATIONS`] (`directory`: `dir`) and [`SYNONYMS`].
+fn code_words_for(term: &str) -> &'static [String] {
+    static TABLE: OnceLock<HashMap<String, Vec<String>>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mined = SYNONYMS
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split_once(':'))
+            .flat_map(|(word, code_words)| code_words.split_whitespace().map(move |c| (word.trim(), c)));
+        let abbreviated = ABBREVIATIONS
+            .iter()
+            .flat_map(|(short, longs)| longs.iter().map(move |long| (*long, *short)));
+        let mut table: HashMap<String, Vec<String>> = HashMap::new();
+        for (word, code_word) in abbreviated.chain(mined) {
+            let (said, code_word) = (stemmed(word), stemmed(code_word));
+            let entry = table.entry(said.clone()).or_default();
+            if code_word != said && !entry.contains(&code_word) {
+                entry.push(code_word);
+            }
+        }
+        table
+    });
+    table.get(term).map_or(&[], Vec::as_slice)
 }
 
 impl QueryTerms {
@@ -452,6 +489,16 @@ impl QueryTerms {
 
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
+    }
+
+    /// Fills [`Self::synonyms`]: the words code says the query's words with
+    /// ([`code_words_for`]), those it does not say itself.
+    pub fn add_synonyms(&mut self) {
+        for code_word in self.worded.iter().flat_map(|t| code_words_for(t)) {
+            if !self.terms.contains(code_word) && !self.synonyms.contains(code_word) {
+                self.synonyms.push(code_word.clone());
+            }
+        }
     }
 
     /// Whether `name` is one of the query's identifiers exactly as typed
