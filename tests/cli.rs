@@ -1845,6 +1845,12 @@ fn a_question_put_in_words_the_code_lacks_is_not_flagged_for_them() {
         "how is a declined card payment tried again several times with a longer delay each round",
     );
     assert_ne!(worded["level"], "low", "{worded}");
+    // Nor do values given as examples (they start with a digit).
+    let valued = confidence_of(
+        root,
+        "how is a declined card payment retried with backoff up to 5x, 250ms apart",
+    );
+    assert_ne!(valued["level"], "low", "{valued}");
     // The topic's own words, absent, still flag it (and are named), the
     // common ones beside them are not named.
     let off = confidence_of(

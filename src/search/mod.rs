@@ -549,14 +549,21 @@ impl Searcher {
         candidates: &HashMap<i64, Candidate>,
     ) -> Result<Confidence> {
         // A word no chunk has is evidence the repository cannot answer,
-        // unless it is only how the question is put, a common English word
-        // (`turned`, `several`): such words leave the rating altogether.
+        // unless it is only how the question is put: a common English word
+        // (`turned`, `several`) or a value given as an example (`10k`,
+        // `4xx`: it starts with a digit). Such words leave the rating
+        // altogether.
         let (mut absent_words, mut wording) = (Vec::new(), HashSet::new());
         for (word, whole) in lexical::whole_word_terms(&query.text) {
             if self.term_frequency(&whole)? > 0 {
                 continue;
             }
-            if lexical::is_common_english(&word) {
+            if word.starts_with(|c: char| c.is_ascii_digit()) {
+                // Its parts too (`250ms`: `250`, `ms`).
+                let mut terms = String::new();
+                lexical::index_terms(&word, &mut terms);
+                wording.extend(terms.split_whitespace().map(str::to_string));
+            } else if lexical::is_common_english(&word) {
                 wording.insert(whole);
             } else {
                 absent_words.push(word);
