@@ -23,7 +23,7 @@ use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Search
 /// BM25 column weights: symbol name, path, body.
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 /// The share of its IDF a word weighs that the question says otherwise
-/// ([`QueryTerms::synonyms`]): "settings" finds `config` after `settings`.
+/// ([`QueryTerms::synonyms`]): "delete" finds `remove` after `delete`.
 const SYNONYM_IDF_SHARE: f64 = 0.5;
 /// Lexical candidates fetched per requested result, before the rerank.
 const OVERFETCH: usize = 8;
