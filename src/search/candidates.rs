@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use globset::GlobMatcher;
 
 use crate::source::lexical::QueryTerms;
-use crate::store::bm25::{MatchScore, MatchScores};
+use crate::store::bm25::{self, MatchScore, MatchScores};
 use crate::store::lookup::{Bm25Ranking, ChunkFilter, LexicalRanking, PathPredicate};
 use crate::store::{MetaKey, Store};
 
@@ -531,7 +531,7 @@ impl Searcher {
             for term in &q.synonyms {
                 let df = self.term_frequency(term)? as f64;
                 if df > 0.0 {
-                    with_df.push((term, frequency_for_idf_share(df, total, SYNONYM_IDF_SHARE)));
+                    with_df.push((term, bm25::frequency_for_idf_share(total, df, SYNONYM_IDF_SHARE)));
                 }
             }
         }
@@ -778,14 +778,6 @@ fn bm25_of(store: &crate::store::Store, terms: &[(&String, f64)], ids: &[i64]) -
     Ok(scores.into_iter().map(|(id, score)| (id, -score)).collect())
 }
 
-/// The document frequency that gives a term of frequency `df` among `total`
-/// rows `share` of its IDF (FTS5's `ln((N - n + 0.5) / (n + 0.5))`).
-fn frequency_for_idf_share(df: f64, total: f64, share: f64) -> f64 {
-    let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
-    let ratio = (share * idf).exp();
-    ((total + 0.5 - 0.5 * ratio) / (1.0 + ratio)).max(df)
-}
-
 /// The document frequencies the terms were chosen by, as `ken_bm25` takes
 /// them, when they are `store`'s snapshot's; `None` (FTS5 counts them again,
 /// walking each term's list) when the stored ones lag the index.
@@ -860,7 +852,7 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
         for (finder, df) in &finders {
             let tf = ws * count(finder, &symbol) + wp * count(finder, &path) + wb * count(finder, &body);
             if tf > 0.0 {
-                let idf = ((total - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+                let idf = bm25::idf_of(total, *df);
                 extra += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
             }
         }
@@ -873,19 +865,6 @@ fn add_common_term_scores(hits: &mut [SearchHit], candidates: &mut HashMap<i64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_frequency_that_gives_a_share_of_the_idf() {
-        let idf = |df: f64, total: f64| ((total - df + 0.5) / (df + 0.5)).ln();
-        for (df, total) in [(1.0, 100.0), (40.0, 10_000.0), (3_000.0, 100_000.0)] {
-            let shared = frequency_for_idf_share(df, total, 0.5);
-            assert!(
-                (idf(shared, total) - 0.5 * idf(df, total)).abs() < 1e-9,
-                "{df} of {total}"
-            );
-            assert_eq!(frequency_for_idf_share(df, total, 1.0).round(), df);
-        }
-    }
 
     /// A common term counts once per non-overlapping occurrence in the
     /// lowercased symbol, path and body, each with its column's weight.

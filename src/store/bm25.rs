@@ -302,13 +302,21 @@ impl QueryState {
 }
 
 /// FTS5's IDF of a phrase found in `hits` of `rows` rows.
-fn idf_of(rows: f64, hits: f64) -> f64 {
+pub fn idf_of(rows: f64, hits: f64) -> f64 {
     let value = ((rows - hits + 0.5) / (hits + 0.5)).ln();
     if value <= 0.0 {
         1e-6
     } else {
         value
     }
+}
+
+/// The document frequency that gives a term found in `hits` of `rows` rows
+/// `share` of its IDF ([`idf_of`] solved for `hits`): how a term is weighed
+/// less through the frequencies `ken_bm25` is given.
+pub fn frequency_for_idf_share(rows: f64, hits: f64, share: f64) -> f64 {
+    let ratio = (share * idf_of(rows, hits)).exp();
+    ((rows + 0.5 - 0.5 * ratio) / (1.0 + ratio)).max(hits)
 }
 
 unsafe extern "C" fn drop_state(p: *mut c_void) {
@@ -485,6 +493,18 @@ unsafe extern "C" fn ken_bm25(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frequency_that_gives_a_share_of_the_idf() {
+        for (hits, rows) in [(1.0, 100.0), (40.0, 10_000.0), (3_000.0, 100_000.0)] {
+            let shared = frequency_for_idf_share(rows, hits, 0.5);
+            assert!(
+                (idf_of(rows, shared) - 0.5 * idf_of(rows, hits)).abs() < 1e-9,
+                "{hits} of {rows}"
+            );
+            assert_eq!(frequency_for_idf_share(rows, hits, 1.0).round(), hits);
+        }
+    }
 
     fn table() -> Connection {
         table_with(Default::default())
