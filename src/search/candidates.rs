@@ -24,7 +24,7 @@ use super::{workers, PhaseClock, SearchMode, SearchPhases, SearchRequest, Search
 const BM25_WEIGHTS: (f64, f64, f64) = (6.0, 2.0, 1.0);
 /// The share of its IDF a word weighs that the question says otherwise
 /// ([`QueryTerms::synonyms`]): "delete" finds `remove` after `delete`.
-const SYNONYM_IDF_SHARE: f64 = 0.5;
+pub(super) const SYNONYM_IDF_SHARE: f64 = 0.5;
 /// Lexical candidates fetched per requested result, before the rerank.
 const OVERFETCH: usize = 8;
 /// In hybrid mode the vector side goes this many times deeper than the
@@ -36,12 +36,12 @@ const MAX_LEXICAL_DEPTH: usize = 20_000;
 const MIN_ROWS_TO_SHARE: usize = 16;
 /// Terms in more than this share of chunks are left out of the lexical
 /// match when rarer terms remain (they cost the most and rank the least).
-const COMMON_TERM_SHARE: f64 = 0.05;
+pub(super) const COMMON_TERM_SHARE: f64 = 0.05;
 /// Commoner terms join the match while the rows it visits stay under this,
 const MATCH_ROW_BUDGET: f64 = 10_000.0;
 /// unless they are in more than this share of chunks (words like `return`:
 /// they would match everything and rank nothing).
-const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
+pub(super) const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
 
 /// A chunk found by either side, with what each side says of it.
 #[derive(Default)]

@@ -12,20 +12,18 @@ use anyhow::Result;
 
 use crate::embed::{Embedder, InputKind};
 use crate::source::lexical;
+use crate::store::bm25::{frequency_for_idf_share, idf_of};
 use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 
-use super::candidates::{candidate_pool, Candidate, VECTOR_DEPTH_FACTOR};
+use super::candidates::{
+    candidate_pool, Candidate, COMMON_TERM_SHARE, MATCHED_TERM_MAX_SHARE, SYNONYM_IDF_SHARE, VECTOR_DEPTH_FACTOR,
+};
 use super::definitions::Defines;
 use super::diversity::{diversify, same_file_share};
 use super::hit::{finish_hit, SearchHit};
 use super::query::{Query, Wording};
 use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
 
-/// Terms in more than this share of chunks match nothing alone when rarer
-/// terms remain, and those in more than the second share only when all are
-/// that common (as in the local search, without its row budget).
-const COMMON_TERM_SHARE: f64 = 0.05;
-const MATCHED_TERM_MAX_SHARE: f64 = 0.25;
 /// BM25's parameters (the local index's `ken_bm25`).
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
@@ -118,7 +116,10 @@ impl EngineSearcher {
         let fetch = candidate_pool(req.limit);
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         if req.mode != SearchMode::Semantic {
-            for (position, (id, score)) in self.lexical_side(&query, fetch)?.into_iter().enumerate() {
+            // As in a local search, a question's words as code says them
+            // are matched beside the vector side only.
+            let synonyms = req.mode == SearchMode::Hybrid && self.embedder_id.is_some();
+            for (position, (id, score)) in self.lexical_side(&query, fetch, synonyms)?.into_iter().enumerate() {
                 let c = candidates.entry(id).or_default();
                 c.bm25 = score;
                 c.ranked_lexically(position);
@@ -187,24 +188,30 @@ impl EngineSearcher {
 
     /// The lexical candidates: BM25 with each term's IDF over every pushed
     /// chunk; as in a local search, the common terms are scored but match
-    /// nothing alone while rarer ones remain.
-    fn lexical_side(&mut self, query: &Query, depth: usize) -> Result<Vec<(i64, f64)>> {
-        let terms = &query.lexical.terms;
-        if terms.is_empty() {
+    /// nothing alone while rarer ones remain, and with `synonyms` the words
+    /// code says the question's with weigh [`SYNONYM_IDF_SHARE`] of their IDF.
+    fn lexical_side(&mut self, query: &Query, depth: usize, synonyms: bool) -> Result<Vec<(i64, f64)>> {
+        let q = &query.lexical;
+        if q.terms.is_empty() {
             return Ok(Vec::new());
         }
-        let stats = self.engine.term_frequencies(terms)?;
+        let extra: &[String] = if synonyms { &q.synonyms } else { &[] };
+        let asked: Vec<String> = q.terms.iter().chain(extra).cloned().collect();
+        let stats = self.engine.term_frequencies(&asked)?;
         let n = stats.chunks.max(1) as f64;
-        let present: Vec<(&String, f64)> = terms
+        // Each present term with the frequency its weight is read from: a
+        // synonym's is the one that gives its share of the IDF.
+        let present: Vec<(&String, f64)> = asked
             .iter()
             .zip(&stats.counts)
-            .filter(|(_, df)| **df > 0)
-            .map(|(t, df)| (t, *df as f64))
+            .enumerate()
+            .filter(|(_, (_, df))| **df > 0)
+            .map(|(i, (t, df))| match i < q.terms.len() {
+                true => (t, *df as f64),
+                false => (t, frequency_for_idf_share(n, *df as f64, SYNONYM_IDF_SHARE)),
+            })
             .collect();
-        let scored: Vec<(String, f64)> = present
-            .iter()
-            .map(|(t, df)| ((*t).clone(), (1.0 + (n - df + 0.5) / (df + 0.5)).ln()))
-            .collect();
+        let scored: Vec<(String, f64)> = present.iter().map(|(t, df)| ((*t).clone(), idf_of(n, *df))).collect();
         let selective = |share: f64| present.iter().filter(move |(_, df)| df / n <= share);
         let matched: Vec<String> = if selective(COMMON_TERM_SHARE).next().is_some() {
             selective(COMMON_TERM_SHARE).map(|(t, _)| (*t).clone()).collect()
@@ -262,6 +269,7 @@ impl EngineSearcher {
                 context: row.context,
                 content: row.text,
                 chunk_id: row.id,
+                packed: row.side_by_side >= 2,
                 ..Default::default()
             });
         }

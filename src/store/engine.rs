@@ -55,7 +55,10 @@ CREATE TABLE IF NOT EXISTS ken_chunks (
     terms TSVECTOR NOT NULL,
     length INTEGER NOT NULL,
     embedder TEXT,
-    embedding VECTOR);
+    embedding VECTOR,
+    side_by_side SMALLINT);
+-- Rows pushed before it have none: their files are pushed again.
+ALTER TABLE ken_chunks ADD COLUMN IF NOT EXISTS side_by_side SMALLINT;
 CREATE INDEX IF NOT EXISTS ken_chunks_terms ON ken_chunks USING gin (terms);
 CREATE INDEX IF NOT EXISTS ken_chunks_file ON ken_chunks (repo, path);
 ";
@@ -120,6 +123,8 @@ pub struct EngineRow {
     pub text: String,
     /// Cosine similarity to the query vector, when the row has a vector of its embedder.
     pub similarity: Option<f32>,
+    /// How many definitions it holds side by side ([`super::pushed::ChunkText::side_by_side`]).
+    pub side_by_side: u32,
 }
 
 /// What [`Engine::term_frequencies`] tells of a query's terms.
@@ -197,7 +202,7 @@ impl Engine {
         let files = self
             .client
             .query(
-                "SELECT DISTINCT path, file_hash FROM ken_chunks WHERE repo = $1",
+                "SELECT DISTINCT path, file_hash FROM ken_chunks WHERE repo = $1 AND side_by_side IS NOT NULL",
                 &[&repo],
             )?
             .into_iter()
@@ -359,7 +364,8 @@ impl Engine {
         };
         let rows = self.client.query(
             &format!(
-                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity}
+                "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity},
+                        side_by_side
                  FROM ken_chunks WHERE id = ANY($1)"
             ),
             &[&ids],
@@ -378,6 +384,7 @@ impl Engine {
                 end_line: r.get::<_, i32>(8) as u32,
                 text: r.get(9),
                 similarity: r.get(10),
+                side_by_side: r.get::<_, Option<i16>>(11).unwrap_or(1).max(1) as u32,
             })
             .collect())
     }
@@ -419,7 +426,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
     let embedder = push.embedder.as_ref().map(|(id, _)| id.as_str());
     let mut writer = tx.copy_in(
         "COPY ken_chunks (repo, path, file_hash, language, kind, symbol, context, start_line, end_line, \
-         text, terms, length, embedder, embedding) FROM STDIN",
+         text, terms, length, embedder, embedding, side_by_side) FROM STDIN",
     )?;
     let mut line = String::new();
     let mut written = 0u64;
@@ -429,7 +436,8 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
             line.clear();
             let vector = pushed.vector.as_deref().map(vector_literal);
             let length = pushed.length.to_string();
-            let fields: [Option<&str>; 14] = [
+            let side_by_side = chunk.side_by_side.min(i16::MAX as u32).to_string();
+            let fields: [Option<&str>; 15] = [
                 Some(&push.repo),
                 Some(&file.path),
                 Some(&file.file_hash.to_string()),
@@ -444,6 +452,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
                 Some(&length),
                 vector.as_ref().and(embedder),
                 vector.as_deref(),
+                Some(&side_by_side),
             ];
             for (i, field) in fields.iter().enumerate() {
                 if i > 0 {

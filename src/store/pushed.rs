@@ -4,6 +4,7 @@
 
 use rusqlite::params;
 
+use super::lookup::SIDE_BY_SIDE;
 use super::Store;
 use anyhow::Result;
 
@@ -15,6 +16,8 @@ pub struct ChunkText {
     pub symbol: Option<String>,
     pub context: Option<String>,
     pub text: String,
+    /// How many definitions it holds side by side ([`super::lookup::ChunkRow::side_by_side`]).
+    pub side_by_side: u32,
 }
 
 /// A chunk of a file version, as pushed.
@@ -37,14 +40,15 @@ impl Store {
 
     /// The chunks of file version `file_id` in line order, with their vector of `model`.
     pub fn pushed_chunks(&self, file_id: i64, model: Option<&str>) -> Result<Vec<PushedChunk>> {
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT c.start_line, c.end_line, c.kind, c.symbol, c.context, t.text,
                     (SELECT group_concat(s.name, char(10)) FROM chunk_symbols s WHERE s.chunk_id = c.id),
                     CASE WHEN ?2 IS NOT NULL THEN
-                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?2) END
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?2) END,
+                    {SIDE_BY_SIDE}
              FROM chunks c JOIN contents t ON t.hash = c.content_hash
-             WHERE c.file_id = ?1 ORDER BY c.start_line, c.id",
-        )?;
+             WHERE c.file_id = ?1 ORDER BY c.start_line, c.id"
+        ))?;
         let rows = stmt.query_map(params![file_id, model], |r| {
             let names: Option<String> = r.get(6)?;
             Ok(PushedChunk {
@@ -55,6 +59,7 @@ impl Store {
                     symbol: r.get(3)?,
                     context: r.get(4)?,
                     text: r.get(5)?,
+                    side_by_side: r.get(8)?,
                 },
                 names: names
                     .map(|n| n.lines().map(str::to_string).collect())
