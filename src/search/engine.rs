@@ -206,9 +206,13 @@ impl EngineSearcher {
             .zip(&stats.counts)
             .enumerate()
             .filter(|(_, (_, df))| **df > 0)
-            .map(|(i, (t, df))| match i < q.terms.len() {
-                true => (t, *df as f64),
-                false => (t, frequency_for_idf_share(n, *df as f64, SYNONYM_IDF_SHARE)),
+            .map(|(i, (t, df))| {
+                let df = *df as f64;
+                if i < q.terms.len() {
+                    (t, df)
+                } else {
+                    (t, frequency_for_idf_share(n, df, SYNONYM_IDF_SHARE))
+                }
             })
             .collect();
         let scored: Vec<(String, f64)> = present.iter().map(|(t, df)| ((*t).clone(), idf_of(n, *df))).collect();

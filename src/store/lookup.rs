@@ -113,13 +113,20 @@ pub struct ChunkRow {
 
 /// [`ChunkRow::side_by_side`] of the chunk `c`, as an SQL expression: its
 /// names that lie in none of its other names (a label without ", " has one).
-pub(super) const SIDE_BY_SIDE: &str = "CASE WHEN instr(c.symbol, ', ') > 0 THEN
+/// A macro, so each statement that reads it stays one literal (no string built
+/// per lookup).
+macro_rules! side_by_side_sql {
+    () => {
+        "CASE WHEN instr(c.symbol, ', ') > 0 THEN
         (SELECT count(*) FROM chunk_symbols s WHERE s.chunk_id = c.id AND NOT EXISTS (
             SELECT 1 FROM chunk_symbols o
             WHERE o.chunk_id = c.id AND o.rowid <> s.rowid
               AND o.start_line <= s.start_line AND s.end_line <= o.end_line
               AND (o.start_line < s.start_line OR s.end_line < o.end_line OR o.rowid < s.rowid)))
-    ELSE 1 END";
+    ELSE 1 END"
+    };
+}
+pub(super) use side_by_side_sql;
 
 /// A definition of a symbol key: its chunk and where it is.
 #[derive(Debug, Clone)]
@@ -336,14 +343,16 @@ impl Store {
         vector_model: Option<&str>,
         signature_model: Option<&str>,
     ) -> Result<ChunkRow> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let mut stmt = self.conn.prepare_cached(concat!(
             "SELECT k.path, c.start_line, c.end_line, c.kind, c.symbol, f.language, c.context,
                     CASE WHEN ?3 THEN (SELECT text FROM contents WHERE hash = c.content_hash) END,
                     CASE WHEN ?4 IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?4) END,
                     CASE WHEN ?5 IS NOT NULL AND c.symbol IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?5) END,
-                    c.content_hash, c.comments, {SIDE_BY_SIDE}
+                    c.content_hash, c.comments, ",
+            side_by_side_sql!(),
+            "
              FROM chunks c
              JOIN files f ON f.id = c.file_id
              JOIN catalog k ON k.file_id = c.file_id AND k.branch = ?2

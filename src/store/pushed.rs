@@ -4,7 +4,7 @@
 
 use rusqlite::params;
 
-use super::lookup::SIDE_BY_SIDE;
+use super::lookup::side_by_side_sql;
 use super::Store;
 use anyhow::Result;
 
@@ -40,12 +40,14 @@ impl Store {
 
     /// The chunks of file version `file_id` in line order, with their vector of `model`.
     pub fn pushed_chunks(&self, file_id: i64, model: Option<&str>) -> Result<Vec<PushedChunk>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let mut stmt = self.conn.prepare_cached(concat!(
             "SELECT c.start_line, c.end_line, c.kind, c.symbol, c.context, t.text,
                     (SELECT group_concat(s.name, char(10)) FROM chunk_symbols s WHERE s.chunk_id = c.id),
                     CASE WHEN ?2 IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?2) END,
-                    {SIDE_BY_SIDE}
+                    ",
+            side_by_side_sql!(),
+            "
              FROM chunks c JOIN contents t ON t.hash = c.content_hash
              WHERE c.file_id = ?1 ORDER BY c.start_line, c.id"
         ))?;
