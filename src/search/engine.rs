@@ -18,9 +18,9 @@ use crate::store::engine::{Bm25, Engine, EngineRow, QueryEmbedding};
 use super::candidates::{
     candidate_pool, Candidate, COMMON_TERM_SHARE, MATCHED_TERM_MAX_SHARE, SYNONYM_IDF_SHARE, VECTOR_DEPTH_FACTOR,
 };
-use super::definitions::Defines;
+use super::definitions::{judge_definitions, SymbolRow};
 use super::diversity::{diversify, same_file_share};
-use super::hit::{finish_hit, SearchHit};
+use super::hit::{code_words, contains_whole, finish_hit, SearchHit};
 use super::query::{Query, Wording};
 use super::{feedback, fusion, rerank, Fusion, SearchMode, SearchRequest};
 
@@ -258,9 +258,6 @@ impl EngineSearcher {
             }
             if let Some(c) = candidates.get_mut(&row.id) {
                 c.similarity = row.similarity.or(c.similarity);
-                if defines_identifier(row.symbol.as_deref(), &query.lexical.identifiers) {
-                    c.defines = Defines::Asked;
-                }
             }
             repos.insert(row.id, row.repo);
             hits.push(SearchHit {
@@ -277,8 +274,63 @@ impl EngineSearcher {
                 ..Default::default()
             });
         }
+        mark_definitions(&hits, &repos, candidates, query)?;
         Ok((hits, repos))
     }
+}
+
+/// Tells the candidates that define an identifier of the query whether they
+/// define it as asked, as a local search does ([`judge_definitions`]: the
+/// spelling typed, the type before an impl of it, the part of a split
+/// definition that declares it). The engine keeps no table of names: the
+/// definitions are those of the candidates' symbol labels, at their chunks' lines.
+fn mark_definitions(
+    hits: &[SearchHit],
+    repos: &HashMap<i64, String>,
+    candidates: &mut HashMap<i64, Candidate>,
+    query: &Query,
+) -> Result<()> {
+    if query.lexical.identifiers.is_empty() {
+        return Ok(());
+    }
+    let mut files: HashMap<(&str, &str), i64> = HashMap::new();
+    let mut rows_of_keys: HashMap<String, Vec<SymbolRow>> = HashMap::new();
+    for hit in hits {
+        let file_count = files.len() as i64;
+        let file_id = *files
+            .entry((repos[&hit.chunk_id].as_str(), hit.path.as_str()))
+            .or_insert(file_count);
+        for name in symbol_names(hit.symbol.as_deref()) {
+            let key = lexical::joined_key(name);
+            if query.lexical.identifiers.contains(&key) {
+                rows_of_keys.entry(key).or_default().push(SymbolRow {
+                    chunk_id: hit.chunk_id,
+                    file_id,
+                    kind: hit.kind.clone(),
+                    language: hit.language.clone(),
+                    member: (name.to_string(), hit.start_line, hit.end_line),
+                });
+            }
+        }
+    }
+    let text_of: HashMap<i64, &SearchHit> = hits.iter().map(|hit| (hit.chunk_id, hit)).collect();
+    let judged = judge_definitions(
+        query,
+        |key, _| Ok(rows_of_keys.remove(key).unwrap_or_default()),
+        |row| {
+            let hit = text_of[&row.chunk_id];
+            contains_whole(
+                &code_words(&hit.content, hit.start_line, &[], &[]).join(" "),
+                &row.member.0,
+            )
+        },
+    )?;
+    for (id, (defines, _)) in judged {
+        if let Some(c) = candidates.get_mut(&id) {
+            c.defines = defines;
+        }
+    }
+    Ok(())
 }
 
 /// The engine's chunk vectors of one embedder, for the feedback.
@@ -301,13 +353,17 @@ impl feedback::ChunkVectorSource for EngineVectors<'_> {
     }
 }
 
+/// The names of a chunk's symbol label (`a, b` for definitions packed side by side).
+fn symbol_names(symbol: Option<&str>) -> impl Iterator<Item = &str> {
+    symbol
+        .unwrap_or_default()
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|name| !name.is_empty())
+}
+
 /// Whether a chunk's symbol label names one of the query's identifiers (joined keys).
 fn defines_identifier(symbol: Option<&str>, identifiers: &[String]) -> bool {
-    symbol.is_some_and(|label| {
-        label
-            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
-            .any(|name| !name.is_empty() && identifiers.contains(&lexical::joined_key(name)))
-    })
+    symbol_names(symbol).any(|name| identifiers.contains(&lexical::joined_key(name)))
 }
 
 /// Best first, spread over files (a file is its repository and path), each
