@@ -122,6 +122,13 @@ impl Postgres {
         cmd
     }
 
+    /// Runs `sql` on the engine's database (to leave rows as an earlier ken did).
+    fn sql(&self, sql: &str) {
+        let port = self.port.to_string();
+        let args = ["-h", "127.0.0.1", "-p", &port, "-U", "ken", "-d", "postgres", "-c", sql];
+        run(&mut self.command("psql", &args));
+    }
+
     fn url(&self) -> String {
         format!("postgresql://ken@127.0.0.1:{}/postgres", self.port)
     }
@@ -156,6 +163,13 @@ fn engine_search(dir: &Path, url: &str, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["engine", "search", "--json"];
     all.extend_from_slice(args);
     ken_engine(dir, url, &all).as_array().unwrap().clone()
+}
+
+/// The files a push writes again and those it leaves.
+fn pushed_again(root: &Path, url: &str) -> (u64, usize) {
+    let again = ken_engine(root, url, &["engine", "push", "--json"]);
+    let count = |key: &str| again[key].as_u64().unwrap_or_else(|| panic!("{again}"));
+    (count("files_written"), count("files_unchanged") as usize)
 }
 
 /// `(repository, path)` of each result.
@@ -437,28 +451,8 @@ fn the_engine_weighs_a_question_as_a_local_search_does() {
 
     // Rows pushed by a ken that did not count the definitions side by side
     // (an engine made before): their files are pushed again, the rest not.
-    let port = pg.port.to_string();
-    run(&mut pg.command(
-        "psql",
-        &[
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-U",
-            "ken",
-            "-d",
-            "postgres",
-            "-c",
-            "UPDATE ken_chunks SET side_by_side = NULL WHERE path = 'net/accessors.py'",
-        ],
-    ));
-    let again = ken_engine(&root, &url, &["engine", "push", "--json"]);
-    assert_eq!(
-        (again["files_written"].as_u64(), again["files_unchanged"].as_u64()),
-        (Some(1), Some(files.len() as u64 - 1)),
-        "{again}"
-    );
+    pg.sql("UPDATE ken_chunks SET side_by_side = NULL WHERE path = 'net/accessors.py'");
+    assert_eq!(pushed_again(&root, &url), (1, files.len() - 1));
     assert_eq!(packed_last(), ["net/timeouts.py", "net/accessors.py"]);
 }
 
@@ -513,4 +507,67 @@ fn the_engine_finds_a_name_as_typed_as_a_local_search_does() {
     assert_eq!(first("statusMessage").0, "api/response.go");
     // A type's name finds the type, then the impl of it.
     assert_eq!(first("Pool"), ("pool/pool.rs".to_string(), "pool/send.rs".to_string()));
+}
+
+/// Seven small modules whose functions a question describes in other words.
+const HELPERS: &[(&str, &str)] = &[
+    ("src/cache.py", "import time\n\n\ndef evict_stale(entries, now, ttl):\n    for key in list(entries):\n        stamp, _ = entries[key]\n        if now - stamp > ttl:\n            del entries[key]\n\n\ndef remember(entries, key, value):\n    entries[key] = (time.time(), value)\n"),
+    ("src/config.py", "import json\nimport os\n\n\ndef load_settings(path):\n    with open(path) as f:\n        settings = json.load(f)\n    for key, value in os.environ.items():\n        if key.startswith(\"APP_\"):\n            settings[key[4:].lower()] = value\n    return settings\n\n\ndef merge_defaults(settings, defaults):\n    merged = dict(defaults)\n    merged.update(settings)\n    return merged\n"),
+    ("src/net.py", "import socket\n\n\ndef open_connection(host, port, timeout):\n    sock = socket.create_connection((host, port), timeout)\n    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n    return sock\n\n\ndef close_quietly(sock):\n    try:\n        sock.close()\n    except OSError:\n        pass\n"),
+    ("src/paths.py", "import os\n\n\ndef within_root(root, candidate):\n    real_root = os.path.realpath(root)\n    real = os.path.realpath(os.path.join(root, candidate))\n    return real == real_root or real.startswith(real_root + os.sep)\n\n\ndef hidden(name):\n    return name.startswith(\".\")\n"),
+    ("src/report.py", "def render_table(rows):\n    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]\n    return \"\\n\".join(\"  \".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows)\n\n\ndef summary_line(passed, failed):\n    return f\"{passed} passed, {failed} failed\"\n"),
+    ("src/retry.py", "import random\nimport time\n\n\ndef backoff_delays(base, factor, attempts):\n    delay = base\n    for _ in range(attempts):\n        yield delay * (1 + random.random() / 10)\n        delay *= factor\n\n\ndef call_with_retries(operation, attempts):\n    for delay in backoff_delays(0.05, 2.0, attempts):\n        try:\n            return operation()\n        except ConnectionError:\n            time.sleep(delay)\n    return operation()\n"),
+    ("src/text.py", "def is_upper_ascii(b):\n    return 65 <= b <= 90\n\n\ndef is_lower_ascii(b):\n    return 97 <= b <= 122\n\n\ndef fold_case(data):\n    return bytes(b + 32 if 65 <= b <= 90 else b for b in data)\n"),
+];
+
+#[test]
+fn a_one_repository_engine_ranks_a_question_as_the_local_index_does() {
+    let Some(pg) = Postgres::installed() else {
+        return;
+    };
+    let url = pg.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("helpers");
+    repository(&root, HELPERS);
+    ken_engine(&root, &url, &["engine", "push", "--json"]);
+    // The same chunks, vectors and fusion: the same lists, the signature
+    // vectors' side included (without it 7 of these 10 differed).
+    let questions = [
+        "which byte is an uppercase letter",
+        "drop cache entries older than their time to live",
+        "wait longer after each failed attempt",
+        "is a path inside the root folder",
+        "environment variables override the settings file",
+        "print rows as aligned columns",
+        "make a TCP connection without Nagle's algorithm",
+        "close a socket and ignore errors",
+        "lowercase every byte",
+        "how many tests passed and failed",
+    ];
+    let lines = |results: &[Value]| -> Vec<(String, u64)> {
+        results
+            .iter()
+            .map(|r| {
+                (
+                    r["path"].as_str().unwrap().to_string(),
+                    r["start_line"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let ranked_alike = || {
+        for question in questions {
+            let local = ken_json(&root, &["search", "--json", "-k", "5", question]);
+            let engine = engine_search(&root, &url, &["-k", "5", question]);
+            assert_eq!(lines(&engine), lines(local.as_array().unwrap()), "{question}");
+        }
+    };
+    ranked_alike();
+
+    // A named chunk pushed without its signature vectors (by an earlier
+    // ken, or before the index had embedded them): its file is pushed
+    // again, though its unnamed chunk has its (none).
+    pg.sql("UPDATE ken_chunks SET signatures = NULL WHERE path = 'src/cache.py' AND symbol IS NOT NULL");
+    assert_eq!(pushed_again(&root, &url), (1, HELPERS.len() - 1));
+    ranked_alike();
 }

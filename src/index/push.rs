@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::source::{git, lexical};
 use crate::store::engine::{tsvector_literal, Engine, EngineChunk, EngineFile, RepoPush};
+use crate::store::pushed::PushedChunk;
 use crate::store::{MetaKey, Store};
 
 /// What one push did.
@@ -109,10 +110,12 @@ pub fn push(root: &Path, index_dir: &Path, engine: &mut Engine, repo: &str) -> R
 fn engine_file(store: &Store, path: &str, file_id: i64, file_hash: i64, model: Option<&str>) -> Result<EngineFile> {
     let mut path_terms = String::new();
     lexical::index_terms(path, &mut path_terms);
+    let signature_model = model.map(crate::embed::text::signature_model);
     let chunks = store
-        .pushed_chunks(file_id, model)?
+        .pushed_chunks(file_id, model, signature_model.as_deref())?
         .into_iter()
         .map(|pushed| {
+            let signatures = signatures_of(&pushed, model.is_some());
             let mut symbol_terms = String::new();
             for name in &pushed.names {
                 lexical::index_terms(name, &mut symbol_terms);
@@ -131,6 +134,7 @@ fn engine_file(store: &Store, path: &str, file_id: i64, file_hash: i64, model: O
                 length,
                 terms: tsvector_literal(&symbol_terms, &path_terms, &body_terms),
                 vector: pushed.vector.as_deref().map(crate::store::vectors::decode),
+                signatures,
             }
         })
         .collect();
@@ -140,4 +144,27 @@ fn engine_file(store: &Store, path: &str, file_id: i64, file_hash: i64, model: O
         language: store.file_language(file_id)?,
         chunks,
     })
+}
+
+/// A pushed chunk's signature vectors, one per name: none for a chunk that
+/// gets none ([`signature_texts`] has no text for it) or without vectors at
+/// all; `None` while the index has not embedded them yet.
+///
+/// [`signature_texts`]: crate::embed::text::signature_texts
+fn signatures_of(pushed: &PushedChunk, with_vectors: bool) -> Option<Vec<Vec<f32>>> {
+    let chunk = &pushed.chunk;
+    let named = !crate::embed::text::signature_texts(
+        chunk.context.as_deref(),
+        chunk.symbol.as_deref(),
+        &chunk.kind,
+        &chunk.text,
+        &[],
+    )
+    .is_empty();
+    if !with_vectors || !named {
+        return Some(Vec::new());
+    }
+    let vectors = crate::store::vectors::decode(pushed.signatures.as_deref()?);
+    let dimensions = pushed.vector.as_ref().map_or(vectors.len(), |v| v.len() / 4).max(1);
+    Some(vectors.chunks_exact(dimensions).map(<[f32]>::to_vec).collect())
 }

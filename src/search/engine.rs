@@ -2,7 +2,8 @@
 //! pushed to it, ranked as a local search is: lexical candidates from the
 //! engine's full-text index over ken's own terms, ranked by BM25 computed
 //! in SQL (PostgreSQL's `ts_rank` has no IDF), vector candidates from its HNSW
-//! index, every candidate scored on both sides, then ken's [`fusion`], the
+//! index, every candidate scored on every side (BM25, its vector, its
+//! signature vectors), then ken's [`fusion`], the
 //! [`feedback`] on the vector side, [`rerank`] and the per-file spread. Each
 //! hit names its repository.
 
@@ -258,6 +259,7 @@ impl EngineSearcher {
             }
             if let Some(c) = candidates.get_mut(&row.id) {
                 c.similarity = row.similarity.or(c.similarity);
+                c.signature_similarity = row.signature_similarity;
             }
             repos.insert(row.id, row.repo);
             hits.push(SearchHit {

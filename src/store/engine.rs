@@ -56,9 +56,11 @@ CREATE TABLE IF NOT EXISTS ken_chunks (
     length INTEGER NOT NULL,
     embedder TEXT,
     embedding VECTOR,
-    side_by_side SMALLINT);
--- Rows pushed before it have none: their files are pushed again.
+    side_by_side SMALLINT,
+    signatures VECTOR[]);
+-- Rows pushed before them have none: their files are pushed again.
 ALTER TABLE ken_chunks ADD COLUMN IF NOT EXISTS side_by_side SMALLINT;
+ALTER TABLE ken_chunks ADD COLUMN IF NOT EXISTS signatures VECTOR[];
 CREATE INDEX IF NOT EXISTS ken_chunks_terms ON ken_chunks USING gin (terms);
 CREATE INDEX IF NOT EXISTS ken_chunks_file ON ken_chunks (repo, path);
 ";
@@ -76,6 +78,10 @@ pub struct EngineChunk {
     /// How many terms (BM25's document length).
     pub length: usize,
     pub vector: Option<Vec<f32>>,
+    /// Its signature vectors (`semantic::signature_texts`): none for a chunk
+    /// without a name; `None` while the index has not embedded them yet
+    /// (the row is written without, and its file pushed again next time).
+    pub signatures: Option<Vec<Vec<f32>>>,
 }
 
 /// One file's chunks as pushed.
@@ -123,6 +129,8 @@ pub struct EngineRow {
     pub text: String,
     /// Cosine similarity to the query vector, when the row has a vector of its embedder.
     pub similarity: Option<f32>,
+    /// The nearest of its signature vectors' similarities to the query vector, when it has any.
+    pub signature_similarity: Option<f32>,
     /// How many definitions it holds side by side ([`super::pushed::ChunkText::side_by_side`]).
     pub side_by_side: u32,
 }
@@ -202,7 +210,8 @@ impl Engine {
         let files = self
             .client
             .query(
-                "SELECT DISTINCT path, file_hash FROM ken_chunks WHERE repo = $1 AND side_by_side IS NOT NULL",
+                "SELECT path, file_hash FROM ken_chunks WHERE repo = $1 GROUP BY path, file_hash
+                 HAVING bool_and(side_by_side IS NOT NULL AND signatures IS NOT NULL)",
                 &[&repo],
             )?
             .into_iter()
@@ -358,14 +367,14 @@ impl Engine {
     /// The chunks `ids`, each with its similarity to `query` when it has a
     /// vector of the query's embedder.
     pub fn rows(&mut self, ids: &[i64], query: Option<&QueryEmbedding>) -> Result<Vec<EngineRow>> {
-        let similarity = match query {
-            Some(q) => similarity_sql(q),
-            None => "NULL::FLOAT4".to_string(),
+        let (similarity, signature_similarity) = match query {
+            Some(q) => (similarity_sql(q), signature_similarity_sql(q)),
+            None => ("NULL::FLOAT4".to_string(), "NULL::FLOAT4".to_string()),
         };
         let rows = self.client.query(
             &format!(
                 "SELECT id, repo, path, language, kind, symbol, context, start_line, end_line, text, {similarity},
-                        side_by_side
+                        side_by_side, {signature_similarity}
                  FROM ken_chunks WHERE id = ANY($1)"
             ),
             &[&ids],
@@ -385,6 +394,7 @@ impl Engine {
                 text: r.get(9),
                 similarity: r.get(10),
                 side_by_side: r.get::<_, Option<i16>>(11).unwrap_or(1).max(1) as u32,
+                signature_similarity: r.get(12),
             })
             .collect())
     }
@@ -426,7 +436,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
     let embedder = push.embedder.as_ref().map(|(id, _)| id.as_str());
     let mut writer = tx.copy_in(
         "COPY ken_chunks (repo, path, file_hash, language, kind, symbol, context, start_line, end_line, \
-         text, terms, length, embedder, embedding, side_by_side) FROM STDIN",
+         text, terms, length, embedder, embedding, side_by_side, signatures) FROM STDIN",
     )?;
     let mut line = String::new();
     let mut written = 0u64;
@@ -437,7 +447,8 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
             let vector = pushed.vector.as_deref().map(vector_literal);
             let length = pushed.length.to_string();
             let side_by_side = chunk.side_by_side.min(i16::MAX as u32).to_string();
-            let fields: [Option<&str>; 15] = [
+            let signatures = pushed.signatures.as_deref().map(vector_array_literal);
+            let fields: [Option<&str>; 16] = [
                 Some(&push.repo),
                 Some(&file.path),
                 Some(&file.file_hash.to_string()),
@@ -453,6 +464,7 @@ fn copy_chunks(tx: &mut postgres::Transaction, push: &RepoPush) -> Result<u64> {
                 vector.as_ref().and(embedder),
                 vector.as_deref(),
                 Some(&side_by_side),
+                signatures.as_deref(),
             ];
             for (i, field) in fields.iter().enumerate() {
                 if i > 0 {
@@ -504,12 +516,33 @@ fn sql_literal(value: &str) -> String {
 
 /// SQL for the cosine similarity of a row's vector to `query`'s (NULL for another embedder's).
 fn similarity_sql(query: &QueryEmbedding) -> String {
+    similarity_to(query, |cosine| cosine("embedding"))
+}
+
+/// The same for the nearest of a row's signature vectors (NULL without any).
+fn signature_similarity_sql(query: &QueryEmbedding) -> String {
+    similarity_to(query, |cosine| {
+        format!("(SELECT max({}) FROM unnest(signatures) s)", cosine("s"))
+    })
+}
+
+/// `of(cosine)` for the rows of `query`'s embedder, `cosine(column)` being
+/// the SQL of a vector column's cosine similarity to the query's.
+fn similarity_to(query: &QueryEmbedding, of: impl Fn(&dyn Fn(&str) -> String) -> String) -> String {
     let d = query.vector.len();
+    let target = sql_literal(&vector_literal(query.vector));
+    let cosine = |column: &str| format!("(1 - ({column}::vector({d}) <=> {target}::vector({d})))");
     format!(
-        "CASE WHEN embedder = {} THEN (1 - (embedding::vector({d}) <=> {}::vector({d})))::FLOAT4 END",
+        "CASE WHEN embedder = {} THEN {}::FLOAT4 END",
         sql_literal(query.embedder),
-        sql_literal(&vector_literal(query.vector))
+        of(&cosine)
     )
+}
+
+/// An array of vectors in PostgreSQL's array text form (`{"[1,2]","[3,4]"}`).
+fn vector_array_literal(vectors: &[Vec<f32>]) -> String {
+    let items: Vec<String> = vectors.iter().map(|v| format!("\"{}\"", vector_literal(v))).collect();
+    format!("{{{}}}", items.join(","))
 }
 
 /// A vector from pgvector's text form (`[0.1,-2,3e-5]`); `None` if it is not one.

@@ -27,6 +27,9 @@ pub struct PushedChunk {
     pub names: Vec<String>,
     /// Its vector of the embedder asked for, encoded.
     pub vector: Option<Vec<u8>>,
+    /// Its signature vectors of the embedder asked for (one per name, end
+    /// to end, encoded), when it has them.
+    pub signatures: Option<Vec<u8>>,
 }
 
 impl Store {
@@ -38,20 +41,28 @@ impl Store {
             .query_row([file_id], |r| r.get(0))?)
     }
 
-    /// The chunks of file version `file_id` in line order, with their vector of `model`.
-    pub fn pushed_chunks(&self, file_id: i64, model: Option<&str>) -> Result<Vec<PushedChunk>> {
+    /// The chunks of file version `file_id` in line order, with their vector
+    /// of `model` and their signature vectors of `signature_model`.
+    pub fn pushed_chunks(
+        &self,
+        file_id: i64,
+        model: Option<&str>,
+        signature_model: Option<&str>,
+    ) -> Result<Vec<PushedChunk>> {
         let mut stmt = self.conn.prepare_cached(concat!(
             "SELECT c.start_line, c.end_line, c.kind, c.symbol, c.context, t.text,
                     (SELECT group_concat(s.name, char(10)) FROM chunk_symbols s WHERE s.chunk_id = c.id),
                     CASE WHEN ?2 IS NOT NULL THEN
                         (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?2) END,
+                    CASE WHEN ?3 IS NOT NULL THEN
+                        (SELECT vector FROM embeddings WHERE content_hash = c.content_hash AND model = ?3) END,
                     ",
             side_by_side_sql!(),
             "
              FROM chunks c JOIN contents t ON t.hash = c.content_hash
              WHERE c.file_id = ?1 ORDER BY c.start_line, c.id"
         ))?;
-        let rows = stmt.query_map(params![file_id, model], |r| {
+        let rows = stmt.query_map(params![file_id, model, signature_model], |r| {
             let names: Option<String> = r.get(6)?;
             Ok(PushedChunk {
                 chunk: ChunkText {
@@ -61,12 +72,13 @@ impl Store {
                     symbol: r.get(3)?,
                     context: r.get(4)?,
                     text: r.get(5)?,
-                    side_by_side: r.get(8)?,
+                    side_by_side: r.get(9)?,
                 },
                 names: names
                     .map(|n| n.lines().map(str::to_string).collect())
                     .unwrap_or_default(),
                 vector: r.get(7)?,
+                signatures: r.get(8)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
