@@ -322,6 +322,32 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
         places(&kept).contains(&("storage".into(), "storage/bucket.go".into())),
         "{kept:?}"
     );
+
+    // A repository pushed by a ken that wrote no postings: a search says it
+    // cannot read it by its words, and the next push gives it its postings
+    // without writing a file again.
+    pg.sql(
+        "DELETE FROM ken_postings p USING ken_chunks c WHERE c.id = p.chunk_id AND c.repo = 'storage'; \
+         UPDATE ken_repos SET postings = false WHERE repo = 'storage'",
+    );
+    let lexical = ["engine", "search", "--json", "--mode", "lexical", "Bucket region"];
+    let out = ken_env(tmp.path(), &lexical, &engine_env(&url));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("until pushed again: storage"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unread: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!places(&unread).iter().any(|(repo, _)| repo == "storage"), "{unread:?}");
+    let again = ken_engine(&storage, &url, &["engine", "push", "--json", "--repo", "storage"]);
+    assert_eq!(again["files_written"].as_u64(), Some(0), "{again}");
+    let read = ken_env(tmp.path(), &lexical, &engine_env(&url));
+    assert!(read.stderr.is_empty(), "{}", String::from_utf8_lossy(&read.stderr));
+    let found: Vec<Value> = serde_json::from_slice(&read.stdout).unwrap();
+    assert!(
+        places(&found).contains(&("storage".into(), "storage/bucket.go".into())),
+        "{found:?}"
+    );
 }
 
 #[test]

@@ -55,9 +55,17 @@ impl EngineSearcher {
         let settings = crate::config::try_settings()?;
         engine.ensure_schema()?;
         let embedder_id = engine.main_embedder()?.map(|(id, _)| id);
-        let notice = embedder_id
-            .is_none()
-            .then(|| "no vectors in the engine: lexical search only".to_string());
+        let unseen = engine.repos_without_postings()?;
+        let notice = if !unseen.is_empty() {
+            Some(format!(
+                "pushed by an earlier ken, not searched by their words until pushed again: {}",
+                unseen.join(", ")
+            ))
+        } else {
+            embedder_id
+                .is_none()
+                .then(|| "no vectors in the engine: lexical search only".to_string())
+        };
         Ok(EngineSearcher {
             engine,
             embedder_id,

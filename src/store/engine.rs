@@ -61,8 +61,21 @@ CREATE TABLE IF NOT EXISTS ken_chunks (
 -- Rows pushed before them have none: their files are pushed again.
 ALTER TABLE ken_chunks ADD COLUMN IF NOT EXISTS side_by_side SMALLINT;
 ALTER TABLE ken_chunks ADD COLUMN IF NOT EXISTS signatures VECTOR[];
-CREATE INDEX IF NOT EXISTS ken_chunks_terms ON ken_chunks USING gin (terms);
 CREATE INDEX IF NOT EXISTS ken_chunks_file ON ken_chunks (repo, path);
+-- The lexical side's inverted index: each term of a chunk with its
+-- field-weighted frequency and the chunk's length (BM25 reads nothing else),
+-- derived from `terms` at push. Scoring a query reads only its terms' rows;
+-- over the tsvector it unnested every matching chunk's terms (20x slower).
+CREATE TABLE IF NOT EXISTS ken_postings (
+    term TEXT NOT NULL,
+    chunk_id BIGINT NOT NULL,
+    tf REAL NOT NULL,
+    length INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS ken_postings_term ON ken_postings (term) INCLUDE (chunk_id, tf, length);
+CREATE INDEX IF NOT EXISTS ken_postings_chunk ON ken_postings (chunk_id);
+DROP INDEX IF EXISTS ken_chunks_terms;
+-- Repositories pushed before the postings have none until pushed again.
+ALTER TABLE ken_repos ADD COLUMN IF NOT EXISTS postings BOOLEAN NOT NULL DEFAULT false;
 ";
 
 /// A connection to the engine.
@@ -228,6 +241,17 @@ impl Engine {
         // CI job's minutes, not a search's seconds.
         tx.batch_execute(&format!("SET LOCAL statement_timeout = {PUSH_STATEMENT_TIMEOUT_MS}"))?;
         tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&push.repo])?;
+        // A repository without postings (pushed by an earlier ken) gets
+        // them for every chunk it has, not only those written now.
+        let has_postings: bool = tx
+            .query_opt("SELECT postings FROM ken_repos WHERE repo = $1", &[&push.repo])?
+            .is_some_and(|row| row.get(0));
+        if push.replace_all || !has_postings {
+            tx.execute(
+                "DELETE FROM ken_postings p USING ken_chunks c WHERE c.id = p.chunk_id AND c.repo = $1",
+                &[&push.repo],
+            )?;
+        }
         if push.replace_all {
             tx.execute("DELETE FROM ken_chunks WHERE repo = $1", &[&push.repo])?;
         }
@@ -238,10 +262,27 @@ impl Engine {
             .chain(push.files.iter().map(|f| f.path.as_str()))
             .collect();
         tx.execute(
+            "DELETE FROM ken_postings p USING ken_chunks c
+             WHERE c.id = p.chunk_id AND c.repo = $1 AND c.path = ANY($2)",
+            &[&push.repo, &changed],
+        )?;
+        tx.execute(
             "DELETE FROM ken_chunks WHERE repo = $1 AND path = ANY($2)",
             &[&push.repo, &changed],
         )?;
         let written = copy_chunks(&mut tx, push)?;
+        let written_paths: Vec<&str> = push.files.iter().map(|f| f.path.as_str()).collect();
+        // A term's frequency counts an occurrence in a definition's name 6
+        // times, in the path twice, as the local index's column weights do.
+        tx.execute(
+            "INSERT INTO ken_postings (term, chunk_id, tf, length)
+             SELECT u.lexeme, c.id,
+                    (SELECT sum(CASE w WHEN 'A' THEN 6 WHEN 'B' THEN 2 ELSE 1 END) FROM unnest(u.weights) AS w),
+                    c.length
+             FROM ken_chunks c CROSS JOIN LATERAL unnest(c.terms) AS u(lexeme, positions, weights)
+             WHERE c.repo = $1 AND ($3 OR c.path = ANY($2))",
+            &[&push.repo, &written_paths, &!has_postings],
+        )?;
         if let Some((id, dimensions)) = &push.embedder {
             tx.batch_execute(&hnsw_index_sql(id, *dimensions))?;
         }
@@ -250,10 +291,10 @@ impl Engine {
             None => (None, None),
         };
         tx.execute(
-            "INSERT INTO ken_repos (repo, branch, head, embedder, dimensions, chunks, terms)
-             SELECT $1, $2, $3, $4, $5, count(*), coalesce(sum(length), 0) FROM ken_chunks WHERE repo = $1
+            "INSERT INTO ken_repos (repo, branch, head, embedder, dimensions, chunks, terms, postings)
+             SELECT $1, $2, $3, $4, $5, count(*), coalesce(sum(length), 0), true FROM ken_chunks WHERE repo = $1
              ON CONFLICT (repo) DO UPDATE SET branch = $2, head = $3, embedder = $4, dimensions = $5,
-                 chunks = EXCLUDED.chunks, terms = EXCLUDED.terms, pushed_at = now()",
+                 chunks = EXCLUDED.chunks, terms = EXCLUDED.terms, postings = true, pushed_at = now()",
             &[&push.repo, &push.branch, &push.head, &embedder, &dimensions],
         )?;
         tx.commit().context("the engine did not commit the push")?;
@@ -281,17 +322,19 @@ impl Engine {
             &[],
         )?;
         let (total, lengths): (i64, i64) = (row.get(0), row.get(1));
-        let mut counts = Vec::with_capacity(terms.len());
-        for term in terms {
-            let count: i64 = self
-                .client
-                .query_one(
-                    "SELECT count(*) FROM ken_chunks WHERE terms @@ $1::text::tsquery",
-                    &[&tsquery_term(term)],
-                )?
-                .get(0);
-            counts.push(count as u64);
-        }
+        let found: HashMap<String, i64> = self
+            .client
+            .query(
+                "SELECT term, count(*) FROM ken_postings WHERE term = ANY($1) GROUP BY term",
+                &[&terms],
+            )?
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        let counts = terms
+            .iter()
+            .map(|term| found.get(term).copied().unwrap_or(0) as u64)
+            .collect();
         Ok(TermStats {
             chunks: total as u64,
             mean_length: lengths as f64 / total.max(1) as f64,
@@ -300,9 +343,7 @@ impl Engine {
     }
 
     /// The best `depth` chunks holding any of the `matched` terms, by BM25
-    /// over every `scored` term (with its IDF): a term's frequency counts an
-    /// occurrence in a definition's name 6 times, in the path twice, as the
-    /// local index's column weights do.
+    /// over every `scored` term (with its IDF), from the postings.
     pub fn lexical(
         &mut self,
         matched: &[String],
@@ -313,23 +354,30 @@ impl Engine {
         if matched.is_empty() {
             return Ok(Vec::new());
         }
-        let any = matched.iter().map(|t| tsquery_term(t)).collect::<Vec<_>>().join(" | ");
         let terms: Vec<&str> = scored.iter().map(|(t, _)| t.as_str()).collect();
         let idfs: Vec<f64> = scored.iter().map(|(_, idf)| *idf).collect();
         let (k1, b) = (stats.k1, stats.b);
         let rows = self.client.query(
             &format!(
-                "SELECT m.id, sum(q.idf * t.tf * ({k1} + 1) / (t.tf + {k1} * (1 - {b} + {b} * m.length / $4::FLOAT8)))::FLOAT8 AS score
-                 FROM (SELECT id, terms, length FROM ken_chunks WHERE terms @@ $3::text::tsquery) m
-                 CROSS JOIN LATERAL unnest(m.terms) AS u(lexeme, positions, weights)
-                 JOIN unnest($1::text[], $2::float8[]) AS q(term, idf) ON q.term = u.lexeme
-                 CROSS JOIN LATERAL (SELECT sum(CASE w WHEN 'A' THEN 6 WHEN 'B' THEN 2 ELSE 1 END)::FLOAT8 AS tf
-                                     FROM unnest(u.weights) AS w) t
-                 GROUP BY m.id ORDER BY score DESC, m.id LIMIT $5"
+                "SELECT p.chunk_id, sum(q.idf * p.tf * ({k1} + 1) / (p.tf + {k1} * (1 - {b} + {b} * p.length / $4::FLOAT8)))::FLOAT8 AS score
+                 FROM ken_postings p JOIN unnest($1::text[], $2::float8[]) AS q(term, idf) ON q.term = p.term
+                 GROUP BY p.chunk_id HAVING bool_or(p.term = ANY($3))
+                 ORDER BY score DESC, p.chunk_id LIMIT $5"
             ),
-            &[&terms, &idfs, &any, &stats.mean_length.max(1.0), &(depth as i64)],
+            &[&terms, &idfs, &matched, &stats.mean_length.max(1.0), &(depth as i64)],
         )?;
         Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// The repositories pushed by a ken that wrote no postings: the lexical
+    /// side does not see them until they are pushed again.
+    pub fn repos_without_postings(&mut self) -> Result<Vec<String>> {
+        Ok(self
+            .client
+            .query("SELECT repo FROM ken_repos WHERE NOT postings ORDER BY repo", &[])?
+            .into_iter()
+            .map(|row| row.get(0))
+            .collect())
     }
 
     /// The `k` chunks nearest `query` among those of its embedder, by the
@@ -571,10 +619,6 @@ pub fn vector_literal(vector: &[f32]) -> String {
 /// One lexeme quoted for the tsvector/tsquery input syntax.
 fn quoted_lexeme(term: &str) -> String {
     format!("'{}'", term.replace('\\', "\\\\").replace('\'', "''"))
-}
-
-fn tsquery_term(term: &str) -> String {
-    quoted_lexeme(term)
 }
 
 /// A tsvector literal of ken's terms: each field's space-separated terms
