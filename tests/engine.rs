@@ -8,7 +8,7 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -347,6 +347,40 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
     assert!(
         places(&found).contains(&("storage".into(), "storage/bucket.go".into())),
         "{found:?}"
+    );
+
+    // A push in progress holds its rows' table: a search meanwhile answers
+    // from the engine at once (the schema's statements would queue behind it).
+    let port = pg.port.to_string();
+    let mut pushing = pg
+        .command(
+            "psql",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "ken",
+                "-d",
+                "postgres",
+                "-c",
+                "BEGIN; LOCK TABLE ken_chunks IN ROW EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;",
+            ],
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let meanwhile = ken_env(tmp.path(), &lexical, &engine_env(&url));
+    let waited = started.elapsed();
+    let _ = pushing.kill();
+    let _ = pushing.wait();
+    assert!(
+        meanwhile.status.success() && meanwhile.stderr.is_empty() && waited < Duration::from_secs(5),
+        "{waited:?}: {}",
+        String::from_utf8_lossy(&meanwhile.stderr)
     );
 }
 

@@ -1,7 +1,7 @@
 //! Searching the shared engine (docs/scale.md) across every repository
 //! pushed to it, ranked as a local search is: lexical candidates from the
-//! engine's full-text index over ken's own terms, ranked by BM25 computed
-//! in SQL (PostgreSQL's `ts_rank` has no IDF), vector candidates from its HNSW
+//! engine's postings of ken's own terms, ranked by BM25 computed in SQL
+//! (PostgreSQL's `ts_rank` has no IDF), vector candidates from its HNSW
 //! index, every candidate scored on every side (BM25, its vector, its
 //! signature vectors), then ken's [`fusion`], the
 //! [`feedback`] on the vector side, [`rerank`] and the per-file spread. Each
