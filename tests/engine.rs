@@ -185,6 +185,33 @@ fn places(results: &[Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A server holding one repository, made and pushed by [`OneRepository::pushed`].
+struct OneRepository {
+    pg: Postgres,
+    url: String,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OneRepository {
+    /// Repository `name` of `files`, indexed and pushed to a new server;
+    /// `None` when PostgreSQL is not installed.
+    fn pushed(name: &str, files: &[(&str, &str)]) -> Option<OneRepository> {
+        let pg = Postgres::installed()?;
+        let url = pg.url();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(name);
+        repository(&root, files);
+        ken_engine(&root, &url, &["engine", "push", "--json"]);
+        Some(OneRepository {
+            pg,
+            url,
+            root,
+            _dir: dir,
+        })
+    }
+}
+
 fn repository(root: &Path, files: &[(&str, &str)]) {
     std::fs::create_dir_all(root).unwrap();
     for (path, text) in files {
@@ -434,12 +461,6 @@ fn an_engine_that_does_not_answer_is_said_within_seconds_and_the_local_index_ans
 
 #[test]
 fn the_engine_weighs_a_question_as_a_local_search_does() {
-    let Some(pg) = Postgres::installed() else {
-        return;
-    };
-    let url = pg.url();
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("cache-svc");
     // The question says "delete"; the code that does it says `remove`.
     // Two tiny accessors packed into one chunk, and a function with a
     // helper nested in it (one definition, not a pack).
@@ -476,10 +497,11 @@ fn the_engine_weighs_a_question_as_a_local_search_does() {
         ));
     }
     let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
-    repository(&root, &files);
-    ken_engine(&root, &url, &["engine", "push", "--json"]);
+    let Some(OneRepository { pg, url, root, _dir }) = OneRepository::pushed("cache-svc", &files) else {
+        return;
+    };
     let paths = |args: &[&str]| -> Vec<String> {
-        places(&engine_search(tmp.path(), &url, args))
+        places(&engine_search(root.parent().unwrap(), &url, args))
             .into_iter()
             .map(|(_, path)| path)
             .collect()
@@ -518,12 +540,6 @@ fn the_engine_weighs_a_question_as_a_local_search_does() {
 
 #[test]
 fn the_engine_finds_a_name_as_typed_as_a_local_search_does() {
-    let Some(pg) = Postgres::installed() else {
-        return;
-    };
-    let url = pg.url();
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("status-svc");
     // A function and a type spelled alike but for their case, the function
     // saying its words more; a type and an impl of it far shorter.
     let files = [
@@ -547,10 +563,17 @@ fn the_engine_finds_a_name_as_typed_as_a_local_search_does() {
         ),
         ("pool/send.rs", "use crate::pool::Pool;\n\nunsafe impl Send for Pool {}\n"),
     ];
-    repository(&root, &files);
-    ken_engine(&root, &url, &["engine", "push", "--json"]);
+    let Some(OneRepository {
+        pg: _pg,
+        url,
+        root,
+        _dir,
+    }) = OneRepository::pushed("status-svc", &files)
+    else {
+        return;
+    };
     let first = |query: &str| -> (String, String) {
-        let engine = engine_search(tmp.path(), &url, &["--mode", "lexical", "-k", "3", query]);
+        let engine = engine_search(root.parent().unwrap(), &url, &["--mode", "lexical", "-k", "3", query]);
         let local = ken_json(&root, &["search", "--json", "--mode", "lexical", "-k", "3", query]);
         let (engine_first, local_first) = (&engine[0], &local.as_array().unwrap()[0]);
         assert_eq!(
@@ -582,14 +605,9 @@ const HELPERS: &[(&str, &str)] = &[
 
 #[test]
 fn a_one_repository_engine_ranks_a_question_as_the_local_index_does() {
-    let Some(pg) = Postgres::installed() else {
+    let Some(OneRepository { pg, url, root, _dir }) = OneRepository::pushed("helpers", HELPERS) else {
         return;
     };
-    let url = pg.url();
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("helpers");
-    repository(&root, HELPERS);
-    ken_engine(&root, &url, &["engine", "push", "--json"]);
     // The same chunks, vectors and fusion: the same lists, the signature
     // vectors' side included (without it 7 of these 10 differed).
     let questions = [
