@@ -122,11 +122,38 @@ impl Postgres {
         cmd
     }
 
+    /// `psql` running `sql` on the engine's database (`-tA`: rows unaligned).
+    fn psql(&self, sql: &str) -> Command {
+        let port = self.port.to_string();
+        self.command(
+            "psql",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "ken",
+                "-d",
+                "postgres",
+                "-tA",
+                "-c",
+                sql,
+            ],
+        )
+    }
+
     /// Runs `sql` on the engine's database (to leave rows as an earlier ken did).
     fn sql(&self, sql: &str) {
-        let port = self.port.to_string();
-        let args = ["-h", "127.0.0.1", "-p", &port, "-U", "ken", "-d", "postgres", "-c", sql];
-        run(&mut self.command("psql", &args));
+        run(&mut self.psql(sql));
+    }
+
+    /// The answer of `sql`, unaligned.
+    fn query(&self, sql: &str) -> String {
+        String::from_utf8(run(&mut self.psql(sql)).stdout)
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     fn url(&self) -> String {
@@ -378,23 +405,8 @@ fn two_repositories_pushed_are_searched_as_one_and_a_push_writes_only_what_chang
 
     // A push in progress holds its rows' table: a search meanwhile answers
     // from the engine at once (the schema's statements would queue behind it).
-    let port = pg.port.to_string();
     let mut pushing = pg
-        .command(
-            "psql",
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "ken",
-                "-d",
-                "postgres",
-                "-c",
-                "BEGIN; LOCK TABLE ken_chunks IN ROW EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;",
-            ],
-        )
+        .psql("BEGIN; LOCK TABLE ken_chunks IN ROW EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -648,4 +660,32 @@ fn a_one_repository_engine_ranks_a_question_as_the_local_index_does() {
     pg.sql("UPDATE ken_chunks SET signatures = NULL WHERE path = 'src/cache.py' AND symbol IS NOT NULL");
     assert_eq!(pushed_again(&root, &url), (1, HELPERS.len() - 1));
     ranked_alike();
+}
+
+#[test]
+fn an_engine_made_by_an_earlier_ken_is_brought_up_to_date_and_a_newer_one_left_alone() {
+    let Some(OneRepository { pg, url, root, _dir }) = OneRepository::pushed("helpers", HELPERS) else {
+        return;
+    };
+    let version = || pg.query("SELECT obj_description('ken_chunks'::regclass, 'pg_class')");
+    let postings_index = || pg.query("SELECT to_regclass('ken_postings_chunk') IS NOT NULL") == "t";
+    let current = version();
+    assert!(current.starts_with("ken schema "), "{current:?}");
+    let question = ["-k", "5", "print rows as aligned columns"];
+    let before = engine_search(&root, &url, &question);
+    assert!(!before.is_empty());
+
+    // No version and an index missing: as an engine of a ken before this
+    // one's schema. The first search brings it up to date, once.
+    pg.sql("COMMENT ON TABLE ken_chunks IS NULL; DROP INDEX ken_postings_chunk");
+    assert_eq!(engine_search(&root, &url, &question), before);
+    assert!(postings_index());
+    assert_eq!(version(), current);
+
+    // A newer ken's schema (here: without that index): no DDL on it, and
+    // it is searched as it is.
+    pg.sql("COMMENT ON TABLE ken_chunks IS 'ken schema 9999'; DROP INDEX ken_postings_chunk");
+    assert_eq!(engine_search(&root, &url, &question), before);
+    assert!(!postings_index());
+    assert_eq!(version(), "ken schema 9999");
 }

@@ -79,18 +79,24 @@ DROP INDEX IF EXISTS ken_chunks_terms;
 ALTER TABLE ken_repos ADD COLUMN IF NOT EXISTS postings BOOLEAN NOT NULL DEFAULT false;
 ";
 
-/// Whether every object [`SCHEMA`] makes is there (and the index it drops
-/// gone): what it added last, each of its columns added since the first.
-const SCHEMA_IS_CURRENT: &str = "
-SELECT to_regclass('ken_postings_term') IS NOT NULL
-   AND to_regclass('ken_postings_chunk') IS NOT NULL
-   AND to_regclass('ken_chunks_file') IS NOT NULL
-   AND to_regclass('ken_chunks_terms') IS NULL
-   AND (SELECT count(*) FROM pg_attribute
-        WHERE NOT attisdropped
-          AND ((attrelid = to_regclass('ken_chunks') AND attname IN ('side_by_side', 'signatures'))
-               OR (attrelid = to_regclass('ken_repos') AND attname = 'postings'))) = 3
+/// The version of [`SCHEMA`], which the engine records as a comment on
+/// `ken_chunks`. Raise it with every change of `SCHEMA` (a test pins the
+/// text to it): a ken that finds a lower version runs `SCHEMA`; one that
+/// finds its own or a higher one runs no DDL, so a search never queues for
+/// the locks `ALTER TABLE` and `CREATE INDEX` take before they look, and an
+/// older ken leaves a newer schema alone.
+const SCHEMA_VERSION: i32 = 4;
+
+/// The version the engine's schema is at; 0 when it has none or predates
+/// the versions.
+const SCHEMA_VERSION_FOUND: &str = "
+SELECT coalesce(substring(obj_description(to_regclass('ken_chunks'), 'pg_class')
+                          from '^ken schema ([0-9]+)$')::integer, 0)
 ";
+
+fn schema_version_found(client: &mut impl postgres::GenericClient) -> Result<i32> {
+    Ok(client.query_one(SCHEMA_VERSION_FOUND, &[])?.get(0))
+}
 
 /// A connection to the engine.
 pub struct Engine {
@@ -218,18 +224,21 @@ impl Engine {
     }
 
     /// Creates the tables and the extension if missing, or brings them up
-    /// to date. When they are current this only reads the catalog: `ALTER
-    /// TABLE` and `CREATE INDEX` lock the table before they look, so every
-    /// search would queue behind a push's transaction.
+    /// to date ([`SCHEMA_VERSION`]). When they are current this only reads
+    /// the catalog.
     pub fn ensure_schema(&mut self) -> Result<()> {
-        if self.client.query_one(SCHEMA_IS_CURRENT, &[])?.get::<_, bool>(0) {
+        if schema_version_found(&mut self.client)? >= SCHEMA_VERSION {
             return Ok(());
         }
-        // Two first pushes at once would race on CREATE: one at a time.
+        // Two first pushes at once would race on CREATE: one at a time, and
+        // the second finds the first's work done.
         let mut tx = self.client.transaction()?;
         tx.batch_execute("SELECT pg_advisory_xact_lock(7301)")?;
-        tx.batch_execute(SCHEMA)
-            .context("cannot create ken's tables in the engine (is pgvector installed?)")?;
+        if schema_version_found(&mut tx)? < SCHEMA_VERSION {
+            tx.batch_execute(SCHEMA)
+                .context("cannot create ken's tables in the engine (is pgvector installed?)")?;
+            tx.batch_execute(&format!("COMMENT ON TABLE ken_chunks IS 'ken schema {SCHEMA_VERSION}'"))?;
+        }
         tx.commit()?;
         Ok(())
     }
@@ -706,6 +715,18 @@ pub fn check_repo_name(name: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_of_the_schema_raises_its_version() {
+        // When `SCHEMA` changes, raise `SCHEMA_VERSION` and write both here:
+        // an engine at the old version would otherwise never get the change.
+        let fingerprint = xxhash_rust::xxh3::xxh3_64(SCHEMA.as_bytes());
+        assert_eq!(
+            (SCHEMA_VERSION, fingerprint),
+            (4, 0x86e4_425a_d56d_e9fd),
+            "{fingerprint:#018x}"
+        );
+    }
 
     #[test]
     fn tsvector_literal_keeps_terms_whole_with_field_weights() {
