@@ -9,8 +9,9 @@
 //! then runs on plain rows. Its linear layers go through [`Projection`]:
 //! bf16 products where the CPU has AVX512-BF16 (1.6x the f32 pass on
 //! batches, 2-3x on a query; vectors within 1e-4 in cosine), else f32
-//! through `gemm`, or half-float weights for a few rows (a query), since
-//! `gemm` packs the weights on every call, most of the work for ten rows.
+//! (ken's AVX2 kernel, or `gemm`), or half-float weights for a few rows (a
+//! query), since `gemm` packs the weights on every call, most of the work
+//! for ten rows.
 //! Query, key and value are one product, and bias, residual, GELU and layer
 //! norm are applied while a block of rows is in cache. Attention is one task
 //! per (item, head) on one thread ([`Attention`]): both products, and a
