@@ -63,6 +63,8 @@ pub fn bf16_supported() -> bool {
 
 /// Output columns per weight panel: one 512-bit vector of f32.
 const LANES: usize = 16;
+/// Output columns per f32 panel (AVX2): one 256-bit vector.
+const F32_LANES: usize = 8;
 
 /// A linear layer, `inputs` wide in and `outputs` wide out.
 pub struct Projection {
@@ -77,7 +79,7 @@ enum Weights {
     /// floats where the CPU has AVX2/FMA/F16C, for a few rows (a query):
     /// `gemm` packs the weights on every call, most of the work for ten rows.
     F32 { weight: Vec<f32>, half: Option<Vec<u16>> },
-    /// Panels of [`x86::F32_LANES`] output columns, each input's eight
+    /// Panels of [`F32_LANES`] output columns, each input's eight
     /// weights side by side, for AVX2/FMA without AVX-512 (there `gemm`'s
     /// kernel reached 45% of the FMA peak on a layer's shapes); and the half
     /// floats for a few rows.
@@ -97,7 +99,7 @@ impl Projection {
         );
         let weights = if precision == Precision::Bf16 && bf16_supported() && outputs.is_multiple_of(LANES) {
             Weights::Bf16(pack_panels(&weight, inputs, outputs))
-        } else if f32_panels_supported() && inputs.is_multiple_of(8) && outputs.is_multiple_of(x86::F32_LANES) {
+        } else if f32_panels_supported() && inputs.is_multiple_of(8) && outputs.is_multiple_of(F32_LANES) {
             Weights::F32Panels {
                 panels: pack_f32_panels(&weight, inputs, outputs),
                 half: weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
@@ -178,9 +180,9 @@ impl Projection {
             Weights::F32Panels { panels, .. } if m > FEW_ROWS => Some(panels),
             _ => None,
         };
-        out.par_chunks_mut(block * n)
-            .enumerate()
-            .for_each_init(Vec::new, |pairs, (i, out)| {
+        out.par_chunks_mut(block * n).enumerate().for_each_init(
+            <(Vec<u32>, Vec<f32>)>::default,
+            |(pairs, packed), (i, out)| {
                 let rows = out.len() / n;
                 #[cfg(target_arch = "x86_64")]
                 if let Some(panels) = by_rows {
@@ -212,6 +214,7 @@ impl Projection {
                             panels,
                             n,
                             OutputRows(out.as_mut_ptr()),
+                            packed,
                         );
                     }
                 }
@@ -223,7 +226,8 @@ impl Projection {
                     }
                 }
                 finish(out);
-            });
+            },
+        );
     }
 }
 
@@ -271,14 +275,10 @@ fn f32_panels_supported() -> bool {
 
 /// `weight` (`outputs` rows of `inputs`) as [`Weights::F32Panels`] panels.
 fn pack_f32_panels(weight: &[f32], inputs: usize, outputs: usize) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    let lanes = x86::F32_LANES;
-    #[cfg(not(target_arch = "x86_64"))]
-    let lanes = 8;
     let mut panels = Vec::with_capacity(weight.len());
-    for first in (0..outputs).step_by(lanes) {
+    for first in (0..outputs).step_by(F32_LANES) {
         for input in 0..inputs {
-            panels.extend((first..first + lanes).map(|output| weight[output * inputs + input]));
+            panels.extend((first..first + F32_LANES).map(|output| weight[output * inputs + input]));
         }
     }
     panels
@@ -357,7 +357,7 @@ fn pack_panels(weight: &[f32], inputs: usize, outputs: usize) -> Vec<u32> {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{pair, OutputRows, LANES};
+    use super::{pair, OutputRows, F32_LANES, LANES};
     use std::arch::x86_64::*;
     use std::ops::Range;
 
@@ -411,8 +411,6 @@ pub(crate) mod x86 {
         }
     }
 
-    /// Output columns per f32 panel: one 256-bit vector.
-    pub(crate) const F32_LANES: usize = 8;
     /// Rows per f32 tile: 6 rows × 2 panels of accumulators, two weight
     /// vectors and a broadcast fill 15 of the 16 registers.
     const F32_ROWS: usize = 6;
@@ -424,13 +422,23 @@ pub(crate) mod x86 {
 
     /// `out = x · Wᵀ` for `m` rows of `k` floats against every panel of `n`
     /// columns (`out` is `m × n`), two panels by six rows at a time. The rows
-    /// are first laid out tile by tile, each input's six values side by side.
+    /// are first laid out tile by tile in `packed`, each input's six values
+    /// side by side.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn f32_product(x: &[f32], m: usize, k: usize, panels: &[f32], n: usize, out: OutputRows) {
+    pub(super) unsafe fn f32_product(
+        x: &[f32],
+        m: usize,
+        k: usize,
+        panels: &[f32],
+        n: usize,
+        out: OutputRows,
+        packed: &mut Vec<f32>,
+    ) {
         let panel_count = n / F32_LANES;
         assert!(x.len() >= m * k && panels.len() == panel_count * k * F32_LANES);
         let tiles = m.div_ceil(F32_ROWS);
-        let mut packed = vec![0f32; tiles * k * F32_ROWS];
+        packed.clear();
+        packed.resize(tiles * k * F32_ROWS, 0.0);
         for tile in 0..tiles {
             let rows = (m - tile * F32_ROWS).min(F32_ROWS);
             let to = &mut packed[tile * k * F32_ROWS..][..k * F32_ROWS];
