@@ -149,14 +149,21 @@ impl Projection {
         match &self.weights {
             #[cfg(target_arch = "x86_64")]
             Weights::F32 { half: Some(half), .. } | Weights::F32Panels { half, .. } if m <= FEW_ROWS => {
-                let split = (n / 2).next_multiple_of(x86::COLS).min(n);
                 let rows = OutputRows(out.as_mut_ptr());
+                let parts = column_parts(n.div_ceil(x86::COLS), x86::COLS);
                 // SAFETY: half weights exist only where the CPU has AVX2, FMA
-                // and F16C; the two calls write disjoint columns of `out`.
-                rayon::join(
-                    || unsafe { x86::half_product(x, m, k, n, half, rows, 0..split) },
-                    || unsafe { x86::half_product(x, m, k, n, half, rows, split..n) },
-                );
+                // and F16C; each part writes its own columns of `out`.
+                parts.into_par_iter().for_each(|part| unsafe {
+                    x86::half_product(
+                        x,
+                        m,
+                        k,
+                        n,
+                        half,
+                        rows,
+                        part.start * x86::COLS..(part.end * x86::COLS).min(n),
+                    )
+                });
             }
             // gemm packs and splits the whole product best itself.
             Weights::F32 { weight, .. } => product_f32(
@@ -243,16 +250,29 @@ const FEW_ROWS: usize = 64;
 fn bf16_by_columns(x: &[f32], m: usize, k: usize, n: usize, panels: &[u32], out: &mut [f32]) {
     let stride = k.div_ceil(2);
     let mut pairs = vec![0u32; m * stride];
-    let panel_count = n / LANES;
-    let parts = rayon::current_num_threads().min(panel_count).max(1);
     let rows = OutputRows(out.as_mut_ptr());
     // SAFETY: Bf16 weights exist only where the CPU runs AVX512-BF16; each
     // part writes its own panels' columns of `out`.
     unsafe { x86::to_pairs(x, m, k, &mut pairs) };
-    (0..parts).into_par_iter().for_each(|part| unsafe {
-        let panels_of = part * panel_count / parts..(part + 1) * panel_count / parts;
-        x86::product(&pairs, m, stride, panels, n, rows, panels_of);
-    });
+    column_parts(n / LANES, LANES)
+        .into_par_iter()
+        .for_each(|panels_of| unsafe {
+            x86::product(&pairs, m, stride, panels, n, rows, panels_of);
+        });
+}
+
+/// The few rows' product split by columns: `units` (groups of
+/// `unit_columns` columns a kernel takes together) in a few parts per thread, so a thread whose core
+/// is busy for a while (with a search's lexical side) leaves its parts to
+/// the others instead of holding up the whole product.
+fn column_parts(units: usize, unit_columns: usize) -> Vec<std::ops::Range<usize>> {
+    // A part of fewer columns costs more in rayon's hand-off than it saves.
+    const MIN_PART_COLUMNS: usize = 16;
+    let most = (units * unit_columns / MIN_PART_COLUMNS).max(1);
+    let parts = (4 * rayon::current_num_threads()).min(most).min(units.max(1));
+    (0..parts)
+        .map(|part| part * units / parts..(part + 1) * units / parts)
+        .collect()
 }
 
 /// Whether the half-float product for a few rows runs here.

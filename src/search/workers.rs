@@ -7,25 +7,30 @@
 //! VM, a new thread often started a millisecond or more late while the
 //! searching thread kept its core busy, and the hybrid p50 of a server was
 //! 10.4-11.9 ms against 8.7 with parked workers (`docs/experiments.md`,
-//! "A search's side jobs on parked workers"). For the same reason a worker is
-//! kept off the searching thread's core ([`placement`]). Why not rayon's
+//! "A search's side jobs on parked workers"). For the same reason the
+//! workers are kept off the searching thread's core while it does its own
+//! part ([`placement`]). Why not rayon's
 //! global pool: an index run's embedding batches fill it, and a search's job
 //! would queue behind them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-/// The search workers: every core but the searching thread's, at least one
-/// (none if they cannot be started: side jobs then run on the searching
-/// thread). Work a side job splits with rayon stays among them, so on two
-/// cores the query's embedding runs on one while the lexical side runs on
-/// the other, instead of three threads sharing two cores.
+/// The search workers: one per core, up to [`MOST_WORKERS`] (none if they
+/// cannot be started: side jobs then run on the searching thread). While the
+/// searching thread does its own part they are kept off its core
+/// ([`placement`]), so on two cores the query's embedding runs on one while
+/// the lexical side runs on the other; once that part is done they may run
+/// anywhere, and what is left of the work a side job splits with rayon
+/// spreads over every core. With one worker fewer, a question's embedding
+/// ran on one core to its end, the other idle (`docs/experiments.md`, "The
+/// searching thread's core, once its part is done").
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         rayon::ThreadPoolBuilder::new()
-            .num_threads(cores.saturating_sub(1).max(1))
+            .num_threads(cores.clamp(1, MOST_WORKERS))
             .thread_name(|i| format!("ken-search-{i}"))
             .start_handler(|_| placement::register_worker())
             .build()
@@ -35,13 +40,19 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
+/// A query's few rows gain little from more threads, and each worker costs
+/// two affinity calls per search.
+const MOST_WORKERS: usize = 4;
+
 /// Starts the workers now (a server's warm-up), not on the first search.
 pub(super) fn start() {
     pool();
 }
 
 /// Runs `side` on a search worker while `main` runs on this thread, and
-/// returns both results; `side`'s panic is returned, not raised.
+/// returns both results; `side`'s panic is returned, not raised. Once `main`
+/// is done this thread only waits, so the workers may take its core for
+/// what is left of `side`.
 pub(super) fn beside<S: Send, M>(
     side: impl FnOnce() -> S + Send,
     main: impl FnOnce() -> M,
@@ -55,7 +66,9 @@ pub(super) fn beside<S: Send, M>(
     let main = pool.in_place_scope(|scope| {
         let slot = &mut side_result;
         scope.spawn(move |_| *slot = Some(catch_unwind(AssertUnwindSafe(side))));
-        main()
+        let main = main();
+        placement::let_workers_anywhere();
+        main
     });
     (side_result.expect("a scope ends after its jobs"), main)
 }
@@ -110,8 +123,8 @@ mod placement {
     }
 
     /// Moves the workers off the calling thread's core, unless they were
-    /// moved off it for the search before (one syscall per worker, only
-    /// when the searching thread changed cores).
+    /// kept off it already (one syscall per worker, only when they may run
+    /// anywhere or the searching thread changed cores).
     pub(super) fn keep_workers_off_this_core() {
         // SAFETY: sched_getcpu has no preconditions.
         let here = unsafe { libc::sched_getcpu() };
@@ -132,12 +145,27 @@ mod placement {
             unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
         }
     }
+
+    /// Lets the workers run on every core the process may use again.
+    pub(super) fn let_workers_anywhere() {
+        let Some(set) = allowed() else { return };
+        let mut placed = placed();
+        if placed.kept_off < 0 {
+            return;
+        }
+        placed.kept_off = -1;
+        for &tid in &placed.workers {
+            // SAFETY: as in `keep_workers_off_this_core`.
+            unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod placement {
     pub(super) fn register_worker() {}
     pub(super) fn keep_workers_off_this_core() {}
+    pub(super) fn let_workers_anywhere() {}
 }
 
 #[cfg(test)]
@@ -158,27 +186,46 @@ mod tests {
         assert_eq!(side.expect("the worker still runs jobs"), 2);
     }
 
-    /// The worker is kept off the searching thread's core (checked where the
-    /// process may use two cores or more). Other tests' searches share the
-    /// workers and move them while they run, so the check is tried until
-    /// those are done (up to 3 s); without the placement no try sees it.
+    /// The calling thread's affinity mask.
+    #[cfg(target_os = "linux")]
+    fn own_cores() -> libc::cpu_set_t {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call writes at most its size.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        set
+    }
+
+    /// Whether the process may use two cores or more (the placement is moot otherwise).
+    #[cfg(target_os = "linux")]
+    fn several_cores() -> Option<libc::cpu_set_t> {
+        placement::allowed().filter(|allowed| unsafe { libc::CPU_COUNT(allowed) } >= 2)
+    }
+
+    /// While the searching thread does its part, the worker is kept off its
+    /// core. Other tests' searches share the workers and move them while
+    /// they run, so the check is tried until those are done (up to 3 s);
+    /// without the placement no try sees it.
     #[cfg(target_os = "linux")]
     #[test]
     fn the_worker_is_kept_off_the_searching_threads_core() {
-        let Some(allowed) = placement::allowed() else { return };
-        if unsafe { libc::CPU_COUNT(&allowed) } < 2 {
+        if several_cores().is_none() {
             return;
         }
         let mut kept_off = (0..300)
             .map(|_| std::thread::sleep(std::time::Duration::from_millis(10)))
             .filter(|()| {
+                let (seen, told) = std::sync::mpsc::channel();
                 let (side_mask, here) = beside(
-                    || {
-                        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-                        set
+                    move || {
+                        let mask = own_cores();
+                        let _ = seen.send(());
+                        mask
                     },
-                    || unsafe { libc::sched_getcpu() },
+                    // The searching thread's part lasts until the worker has looked.
+                    || {
+                        let _ = told.recv_timeout(std::time::Duration::from_secs(1));
+                        unsafe { libc::sched_getcpu() }
+                    },
                 );
                 let side_mask = side_mask.expect("the side job ran");
                 here >= 0 && !unsafe { libc::CPU_ISSET(here as usize, &side_mask) }
@@ -186,6 +233,32 @@ mod tests {
         assert!(
             kept_off.next().is_some(),
             "a worker may still run on the searching thread's core"
+        );
+    }
+
+    /// Once the searching thread's part is done, the workers may run on
+    /// every core again (what is left of the side job may use its core).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_workers_may_use_every_core_once_the_searching_thread_waits() {
+        let Some(allowed) = several_cores() else { return };
+        let every = unsafe { libc::CPU_COUNT(&allowed) };
+        let (side, ()) = beside(
+            move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while std::time::Instant::now() < deadline {
+                    if unsafe { libc::CPU_COUNT(&own_cores()) } == every {
+                        return true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                false
+            },
+            || (),
+        );
+        assert!(
+            side.expect("the side job ran"),
+            "the worker stayed off the searching thread's core after its part was done"
         );
     }
 }
