@@ -20,11 +20,11 @@ use std::sync::OnceLock;
 /// cannot be started: side jobs then run on the searching thread). While the
 /// searching thread does its own part they are kept off its core
 /// ([`placement`]), so on two cores the query's embedding runs on one while
-/// the lexical side runs on the other; once that part is done they may run
-/// anywhere, and what is left of the work a side job splits with rayon
-/// spreads over every core. With one worker fewer, a question's embedding
-/// ran on one core to its end, the other idle (`docs/experiments.md`, "The
-/// searching thread's core, once its part is done").
+/// the lexical side runs on the other; once that part is done each worker
+/// gets a core of its own, and what is left of the work a side job splits
+/// with rayon spreads over every core. With one worker fewer, a question's
+/// embedding ran on one core to its end, the other idle (`docs/experiments.md`,
+/// "The searching thread's core, once its part is done").
 fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
@@ -51,8 +51,8 @@ pub(super) fn start() {
 
 /// Runs `side` on a search worker while `main` runs on this thread, and
 /// returns both results; `side`'s panic is returned, not raised. Once `main`
-/// is done this thread only waits, so the workers may take its core for
-/// what is left of `side`.
+/// is done this thread only waits, so a worker takes its core for what is
+/// left of `side`.
 pub(super) fn beside<S: Send, M>(
     side: impl FnOnce() -> S + Send,
     main: impl FnOnce() -> M,
@@ -67,7 +67,7 @@ pub(super) fn beside<S: Send, M>(
         let slot = &mut side_result;
         scope.spawn(move |_| *slot = Some(catch_unwind(AssertUnwindSafe(side))));
         let main = main();
-        placement::let_workers_anywhere();
+        placement::spread_workers();
         main
     });
     (side_result.expect("a scope ends after its jobs"), main)
@@ -77,7 +77,8 @@ pub(super) fn beside<S: Send, M>(
 /// vCPUs, a worker woken after an agent's pause was often queued on the
 /// searching thread's own core, where the two took turns (a side job started
 /// 1-2 ms late and the search's own part ran slower). Each worker's
-/// affinity is kept to the process's cores but the searching thread's.
+/// affinity is kept to the process's cores but the searching thread's while
+/// that thread works, then to a core of the worker's own.
 #[cfg(target_os = "linux")]
 mod placement {
     use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -146,18 +147,49 @@ mod placement {
         }
     }
 
-    /// Lets the workers run on every core the process may use again.
-    pub(super) fn let_workers_anywhere() {
-        let Some(set) = allowed() else { return };
+    /// Gives each worker a core of its own, the calling thread's first (it
+    /// only waits now). Left to run anywhere, a worker woken to share the
+    /// embedding's products was often placed on the other worker's vCPU,
+    /// where the two took turns (this VM's scheduler packs tasks).
+    pub(super) fn spread_workers() {
+        let Some(allowed) = allowed() else { return };
         let mut placed = placed();
         if placed.kept_off < 0 {
             return;
         }
         placed.kept_off = -1;
-        for &tid in &placed.workers {
-            // SAFETY: as in `keep_workers_off_this_core`.
-            unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        // SAFETY: sched_getcpu has no preconditions; the set is a valid cpu_set_t.
+        let here = unsafe { libc::sched_getcpu() };
+        let mut cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&core| unsafe { libc::CPU_ISSET(core, &allowed) })
+            .collect();
+        if let Some(at) = cores.iter().position(|&core| core as libc::c_int == here) {
+            cores[..=at].rotate_right(1);
         }
+        for (i, &tid) in placed.workers.iter().enumerate() {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; the core is one
+            // the process may use; otherwise as in `keep_workers_off_this_core`.
+            unsafe {
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cores[i % cores.len()], &mut one);
+                libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &one);
+            }
+        }
+    }
+
+    /// Each worker's affinity mask (tests).
+    #[cfg(test)]
+    pub(super) fn worker_masks() -> Vec<libc::cpu_set_t> {
+        placed()
+            .workers
+            .iter()
+            .map(|&tid| {
+                // SAFETY: as in `allowed`.
+                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+                set
+            })
+            .collect()
     }
 }
 
@@ -165,12 +197,13 @@ mod placement {
 mod placement {
     pub(super) fn register_worker() {}
     pub(super) fn keep_workers_off_this_core() {}
-    pub(super) fn let_workers_anywhere() {}
+    pub(super) fn spread_workers() {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn the_side_job_runs_on_another_thread_and_its_panic_is_returned() {
@@ -236,29 +269,34 @@ mod tests {
         );
     }
 
-    /// Once the searching thread's part is done, the workers may run on
-    /// every core again (what is left of the side job may use its core).
+    /// Once the searching thread's part is done, each worker has a core of
+    /// its own, one of them the searching thread's (what is left of the side
+    /// job may use every core). Tried until no other test's search moves the
+    /// workers meanwhile (up to 3 s).
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_workers_may_use_every_core_once_the_searching_thread_waits() {
+    fn once_the_searching_thread_waits_each_worker_has_a_core_of_its_own() {
         let Some(allowed) = several_cores() else { return };
-        let every = unsafe { libc::CPU_COUNT(&allowed) };
-        let (side, ()) = beside(
-            move || {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-                while std::time::Instant::now() < deadline {
-                    if unsafe { libc::CPU_COUNT(&own_cores()) } == every {
-                        return true;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                false
-            },
-            || (),
-        );
+        let cores = unsafe { libc::CPU_COUNT(&allowed) } as usize;
+        let mut spread = (0..300)
+            .map(|_| std::thread::sleep(std::time::Duration::from_millis(10)))
+            .filter(|()| {
+                let (_, here) = beside(|| (), || unsafe { libc::sched_getcpu() });
+                let masks = placement::worker_masks();
+                let single: Vec<usize> = masks
+                    .iter()
+                    .filter(|m| unsafe { libc::CPU_COUNT(m) } == 1)
+                    .filter_map(|m| (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, m) }))
+                    .collect();
+                let distinct: HashSet<usize> = single.iter().copied().collect();
+                single.len() == masks.len()
+                    && distinct.len() == masks.len().min(cores)
+                    && here >= 0
+                    && distinct.contains(&(here as usize))
+            });
         assert!(
-            side.expect("the side job ran"),
-            "the worker stayed off the searching thread's core after its part was done"
+            spread.next().is_some(),
+            "the workers did not get a core each, the searching thread's among them"
         );
     }
 }
