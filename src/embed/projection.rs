@@ -102,11 +102,10 @@ impl Projection {
         } else if f32_panels_supported() && inputs.is_multiple_of(8) && outputs.is_multiple_of(F32_LANES) {
             Weights::F32Panels {
                 panels: pack_f32_panels(&weight, inputs, outputs),
-                half: weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect(),
+                half: half_floats(&weight),
             }
         } else {
-            let half = (inputs.is_multiple_of(8) && half_supported())
-                .then(|| weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect());
+            let half = (inputs.is_multiple_of(8) && half_supported()).then(|| half_floats(&weight));
             Weights::F32 { weight, half }
         };
         Projection {
@@ -150,10 +149,9 @@ impl Projection {
             #[cfg(target_arch = "x86_64")]
             Weights::F32 { half: Some(half), .. } | Weights::F32Panels { half, .. } if m <= FEW_ROWS => {
                 let rows = OutputRows(out.as_mut_ptr());
-                let parts = column_parts(n.div_ceil(x86::COLS), x86::COLS);
                 // SAFETY: half weights exist only where the CPU has AVX2, FMA
                 // and F16C; each part writes its own columns of `out`.
-                parts.into_par_iter().for_each(|part| unsafe {
+                column_parts(n.div_ceil(x86::COLS), x86::COLS).for_each(|part| unsafe {
                     x86::half_product(
                         x,
                         m,
@@ -254,25 +252,30 @@ fn bf16_by_columns(x: &[f32], m: usize, k: usize, n: usize, panels: &[u32], out:
     // SAFETY: Bf16 weights exist only where the CPU runs AVX512-BF16; each
     // part writes its own panels' columns of `out`.
     unsafe { x86::to_pairs(x, m, k, &mut pairs) };
-    column_parts(n / LANES, LANES)
-        .into_par_iter()
-        .for_each(|panels_of| unsafe {
-            x86::product(&pairs, m, stride, panels, n, rows, panels_of);
-        });
+    column_parts(n / LANES, LANES).for_each(|panels_of| unsafe {
+        x86::product(&pairs, m, stride, panels, n, rows, panels_of);
+    });
 }
 
 /// The few rows' product split by columns: `units` (groups of
-/// `unit_columns` columns a kernel takes together) in a few parts per thread, so a thread whose core
-/// is busy for a while (with a search's lexical side) leaves its parts to
-/// the others instead of holding up the whole product.
-fn column_parts(units: usize, unit_columns: usize) -> Vec<std::ops::Range<usize>> {
+/// `unit_columns` columns a kernel takes together) in a few parts per
+/// thread, so a thread whose core is busy for a while (with a search's
+/// lexical side) leaves its parts to the others instead of holding up the
+/// whole product.
+#[cfg(target_arch = "x86_64")]
+fn column_parts(units: usize, unit_columns: usize) -> impl IndexedParallelIterator<Item = std::ops::Range<usize>> {
     // A part of fewer columns costs more in rayon's hand-off than it saves.
     const MIN_PART_COLUMNS: usize = 16;
     let most = (units * unit_columns / MIN_PART_COLUMNS).max(1);
     let parts = (4 * rayon::current_num_threads()).min(most).min(units.max(1));
     (0..parts)
-        .map(|part| part * units / parts..(part + 1) * units / parts)
-        .collect()
+        .into_par_iter()
+        .map(move |part| part * units / parts..(part + 1) * units / parts)
+}
+
+/// `weight` as half floats' bits (a few rows' products read them).
+fn half_floats(weight: &[f32]) -> Vec<u16> {
+    weight.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect()
 }
 
 /// Whether the half-float product for a few rows runs here.
