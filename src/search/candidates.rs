@@ -556,9 +556,9 @@ impl Searcher {
         Ok((matched, CommonTerms { terms: common, total }))
     }
 
-    pub(super) fn register_path_filter(&self, matcher: Option<GlobMatcher>) -> Result<()> {
+    pub(super) fn set_path_filter(&self, matcher: Option<GlobMatcher>) {
         let matches = matcher.map(|m| Box::new(move |path: &str| m.is_match(path)) as PathPredicate);
-        self.store.register_path_filter(matches)
+        self.store.set_path_filter(matches)
     }
 
     /// Which chunks the request lets through: the branch's, passing its filters.

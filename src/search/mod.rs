@@ -295,7 +295,7 @@ impl Searcher {
             limit,
             ..SearchRequest::new(target)
         };
-        self.register_path_filter(None)?;
+        self.set_path_filter(None);
         let mut candidates: HashMap<i64, Candidate> = HashMap::new();
         for (rank, (id, similarity)) in self
             .neighbours(side, &vector, &req, candidate_pool(limit))?
@@ -389,7 +389,7 @@ impl Searcher {
         if req.limit == 0 || (query.lexical.is_empty() && req.mode == SearchMode::Lexical) || blank {
             return Ok((Vec::new(), Confidence::none()));
         }
-        self.register_path_filter(path_filter)?;
+        self.set_path_filter(path_filter);
         // One snapshot for every read of this search: a writer committing
         // between two of them would skew the term statistics (a chunk total
         // read before a batch, document frequencies after it).

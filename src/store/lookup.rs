@@ -14,9 +14,35 @@ use super::Store;
 /// Whether a path passes a search's path filter.
 pub type PathPredicate = Box<dyn Fn(&str) -> bool + Send + 'static>;
 
+/// The path filter `ken_path_matches` applies: set per search, the function
+/// registered once per connection (registering again would expire every
+/// statement the connection has prepared).
+pub(super) type PathFilterSlot = std::sync::Arc<std::sync::Mutex<Option<PathPredicate>>>;
+
+/// Registers `ken_path_matches(path)` on `conn`: whether `path` passes the
+/// filter last set in the returned slot (every path while it is `None`).
+pub(super) fn register_path_matches(conn: &rusqlite::Connection) -> Result<PathFilterSlot> {
+    let slot = PathFilterSlot::default();
+    let matches = slot.clone();
+    conn.create_scalar_function(
+        "ken_path_matches",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        move |ctx| {
+            let path = ctx
+                .get_raw(0)
+                .as_str()
+                .map_err(|e| rusqlite::Error::UserFunctionError(e.into()))?;
+            let matches = matches.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(matches.as_ref().is_none_or(|m| m(path)))
+        },
+    )?;
+    Ok(slot)
+}
+
 /// Which chunks a search may return: those of `branch`, and when given,
 /// whose path passes the registered path filter
-/// ([`Store::register_path_filter`]), of `language`, of `kind`.
+/// ([`Store::set_path_filter`]), of `language`, of `kind`.
 #[derive(Debug, Clone, Default)]
 pub struct ChunkFilter {
     pub branch: String,
@@ -141,19 +167,10 @@ pub struct SymbolDefinition {
 }
 
 impl Store {
-    /// Registers `ken_path_matches(path)`, which [`ChunkFilter::path_filtered`]
-    /// uses: `matches` (or every path when `None`).
-    pub fn register_path_filter(&self, matches: Option<PathPredicate>) -> Result<()> {
-        self.conn.create_scalar_function(
-            "ken_path_matches",
-            1,
-            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-            move |ctx| {
-                let path: String = ctx.get(0)?;
-                Ok(matches.as_ref().is_none_or(|m| m(&path)))
-            },
-        )?;
-        Ok(())
+    /// Sets what `ken_path_matches(path)`, which [`ChunkFilter::path_filtered`]
+    /// uses, lets through: `matches` (or every path when `None`).
+    pub fn set_path_filter(&self, matches: Option<PathPredicate>) {
+        *self.path_filter.lock().unwrap_or_else(|e| e.into_inner()) = matches;
     }
 
     /// Registers `ken_bm25` ([`super::bm25`]) on this connection.

@@ -97,6 +97,8 @@ pub struct Store {
     pub dir: PathBuf,
     /// What `ken_bm25` reads and records on this connection.
     bm25: std::sync::Arc<bm25::Bm25Slot>,
+    /// What `ken_path_matches` lets through on this connection.
+    path_filter: lookup::PathFilterSlot,
 }
 
 impl Store {
@@ -224,6 +226,34 @@ mod tests {
             }
             let stmt = store.conn.prepare_cached(sql).unwrap();
             assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        }
+    }
+
+    #[test]
+    fn a_search_sets_its_path_filter_without_recompiling_the_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        for store in writer_and_reader(dir.path()) {
+            let passes = |path: &str| -> bool {
+                let mut stmt = store.conn.prepare_cached("SELECT ken_path_matches(?1)").unwrap();
+                stmt.query_row([path], |r| r.get(0)).unwrap()
+            };
+            let read_a_row = || {
+                let sql = "SELECT k.path FROM chunks c JOIN catalog k ON k.file_id = c.file_id WHERE c.id = ?1";
+                let mut stmt = store.conn.prepare_cached(sql).unwrap();
+                stmt.query_map([1], |r| r.get::<_, String>(0)).unwrap().for_each(drop);
+                stmt.get_status(rusqlite::StatementStatus::RePrepare)
+            };
+            assert!(passes("src/a.rs"), "no filter lets every path through");
+            read_a_row();
+            for round in 0..3 {
+                store.set_path_filter(Some(Box::new(|path: &str| path.ends_with(".go"))));
+                assert!(!passes("src/a.rs") && passes("cmd/b.go"), "round {round}");
+                store.set_path_filter(None);
+                assert!(passes("src/a.rs"), "round {round}");
+            }
+            // Registering the function per search expired every statement:
+            // each search compiled its statements again.
+            assert_eq!(read_a_row(), 0, "statements are compiled once");
         }
     }
 

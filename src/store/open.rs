@@ -94,10 +94,12 @@ impl Store {
 
     pub(super) fn at(conn: Connection, dir: &Path) -> Result<Store> {
         plan_once(&conn)?;
+        let path_filter = super::lookup::register_path_matches(&conn)?;
         Ok(Store {
             conn,
             dir: dir.to_path_buf(),
             bm25: Default::default(),
+            path_filter,
         })
     }
 
