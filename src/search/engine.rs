@@ -167,6 +167,7 @@ impl EngineSearcher {
             _ => self.fusion,
         };
         let mut fused = fusion::fuse(&candidates, req.mode, vector.is_some(), fusion);
+        let factors = rerank::RerankFactors::of(&hits, &candidates, &query, req.mode);
         if let Some((embedder, vector)) = vector.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
             // As in a local search; the engine sends the first results'
             // vectors and computes the candidates' similarities itself.
@@ -174,9 +175,9 @@ impl EngineSearcher {
                 engine: &mut self.engine,
                 embedder,
             };
-            fused = feedback::fuse_again(&mut hits, &mut candidates, fused, &query, fusion, vector, &mut source)?;
+            fused = feedback::fuse_again(&mut hits, &mut candidates, fused, &factors, fusion, vector, &mut source)?;
         }
-        rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, None);
+        rerank::rerank(&mut hits, &factors, &fused, None);
         Ok(finish(hits, &repos, &query, req))
     }
 

@@ -15,7 +15,6 @@ use anyhow::Result;
 use super::candidates::Candidate;
 use super::fusion::{self, Fusion};
 use super::hit::SearchHit;
-use super::query::Query;
 use super::{rerank, SearchMode};
 
 /// How many of the first results the query moves toward: two lost agent
@@ -61,12 +60,12 @@ pub(super) fn fuse_again(
     hits: &mut [SearchHit],
     candidates: &mut HashMap<i64, Candidate>,
     fused: HashMap<i64, f64>,
-    query: &Query,
+    factors: &rerank::RerankFactors,
     fusion: Fusion,
     query_vector: &[f32],
     source: &mut impl ChunkVectorSource,
 ) -> Result<HashMap<i64, f64>> {
-    rerank::rerank(hits, candidates, &fused, query, SearchMode::Hybrid, None);
+    rerank::rerank(hits, factors, &fused, None);
     if !move_query(query_vector, hits, source, candidates)? {
         return Ok(fused);
     }

@@ -408,12 +408,13 @@ impl Searcher {
         } = self.gather(&query, req, &mut clock)?;
         let fusion = self.fusion_for(vectors.as_ref(), &query);
         let mut fused = fusion::fuse(&candidates, req.mode, vectors.is_some(), fusion);
+        let factors = rerank::RerankFactors::of(&hits, &candidates, &query, req.mode);
         if let Some(v) = vectors.as_ref().filter(|_| req.mode == SearchMode::Hybrid) {
             fused = feedback::fuse_again(
                 &mut hits,
                 &mut candidates,
                 fused,
-                &query,
+                &factors,
                 fusion,
                 &v.query.vector,
                 &mut chunk_vectors,
@@ -422,7 +423,7 @@ impl Searcher {
         let explain = req
             .explain
             .then(|| FusionExplain::of(&candidates, req.mode, vectors.is_some(), fusion));
-        rerank::rerank(&mut hits, &candidates, &fused, &query, req.mode, explain.as_ref());
+        rerank::rerank(&mut hits, &factors, &fused, explain.as_ref().map(|e| (e, &candidates)));
         let hits = self.finish(hits, &candidates, &query, req, with_content)?;
         let confidence = self.rate(&query, req, &hits, &candidates)?;
         clock.phases.rank = clock.lap();

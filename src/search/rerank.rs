@@ -104,30 +104,47 @@ const PACKED_IN_QUESTION_FACTOR: f64 = 0.8;
 /// they use (`xfail`, `default_headers`) ranked it above the file to fix.
 const NAME_SAID_FACTOR: f64 = 1.1;
 
-/// Scores each hit: its fused score times the rerank's factors; with
+/// Each hit's rerank factors, each with what it is for (see [`Explain`]):
+/// they depend on the hit and the query alone, so a hybrid search, which
+/// fuses twice (before and after the feedback), computes them once.
+pub(super) struct RerankFactors(HashMap<i64, Vec<(&'static str, f64)>>);
+
+impl RerankFactors {
+    pub(super) fn of(
+        hits: &[SearchHit],
+        candidates: &HashMap<i64, Candidate>,
+        query: &Query,
+        mode: SearchMode,
+    ) -> RerankFactors {
+        let says_names = query.says_names(mode);
+        let factors_of = |hit: &SearchHit| {
+            let mut factors = rerank_factors(hit, candidates[&hit.chunk_id].defines, query.intent);
+            if let Some(factor) = quoted_code_factor(hit, query, mode) {
+                factors.push(("quotes the query's code or names its file", factor));
+            }
+            if let Some(reason) = says_names.then(|| says_name(hit, &query.lexical)).flatten() {
+                factors.push((reason, NAME_SAID_FACTOR));
+            }
+            factors
+        };
+        RerankFactors(hits.iter().map(|hit| (hit.chunk_id, factors_of(hit))).collect())
+    }
+}
+
+/// Scores each hit: its fused score times its rerank `factors`; with
 /// `explain`, how the score was made.
 pub(super) fn rerank(
     hits: &mut [SearchHit],
-    candidates: &HashMap<i64, Candidate>,
+    factors: &RerankFactors,
     fused: &HashMap<i64, f64>,
-    query: &Query,
-    mode: SearchMode,
-    explain: Option<&FusionExplain>,
+    explain: Option<(&FusionExplain, &HashMap<i64, Candidate>)>,
 ) {
-    let says_names = query.says_names(mode);
     for hit in hits {
-        let cand = &candidates[&hit.chunk_id];
-        let mut factors = rerank_factors(hit, cand.defines, query.intent);
-        if let Some(factor) = quoted_code_factor(hit, query, mode) {
-            factors.push(("quotes the query's code or names its file", factor));
-        }
-        if let Some(reason) = says_names.then(|| says_name(hit, &query.lexical)).flatten() {
-            factors.push((reason, NAME_SAID_FACTOR));
-        }
+        let factors = &factors.0[&hit.chunk_id];
         let fused = fused[&hit.chunk_id];
         hit.score = fused * factors.iter().map(|(_, f)| f).product::<f64>();
-        if let Some(explain) = explain {
-            hit.explain = Some(explain.explain(cand, fused, &factors));
+        if let Some((explain, candidates)) = explain {
+            hit.explain = Some(explain.explain(&candidates[&hit.chunk_id], fused, factors));
         }
     }
 }
