@@ -24,6 +24,8 @@ pub(super) type PathFilterSlot = std::sync::Arc<std::sync::Mutex<Option<PathPred
 pub(super) fn register_path_matches(conn: &rusqlite::Connection) -> Result<PathFilterSlot> {
     let slot = PathFilterSlot::default();
     let matches = slot.clone();
+    // Deterministic within a statement's run, which is all SQLite assumes
+    // here: the filter changes only between searches.
     conn.create_scalar_function(
         "ken_path_matches",
         1,
