@@ -4,8 +4,10 @@
 //! libgit2 (`git2`, vendored); where libgit2 cannot open the repository (an
 //! unusual layout, a repository of another owner), straight from `.git`.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The git state of an indexed root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,8 +81,89 @@ fn common_dir(git_dir: &Path) -> PathBuf {
     }
 }
 
+/// What HEAD is at `root`. libgit2 takes about 0.2 ms to open a repository
+/// and a server asks at every search, so the answer is kept per root with
+/// the files it was read from, and read again when one of them changed.
 pub fn head(root: &Path) -> Head {
-    head_with_libgit2(root).unwrap_or_else(|| head_from_files(root))
+    static READ: Mutex<Option<HashMap<PathBuf, (HeadFiles, Head)>>> = Mutex::new(None);
+    let files = HeadFiles::of(root);
+    if let Some(files) = &files {
+        let read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, head)) = read
+            .as_ref()
+            .and_then(|r| r.get(root))
+            .filter(|(seen, _)| seen == files)
+        {
+            return head.clone();
+        }
+    }
+    let head = head_with_libgit2(root).unwrap_or_else(|| head_from_files(root));
+    if let Some(files) = files {
+        let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+        read.get_or_insert_with(HashMap::new)
+            .insert(root.to_path_buf(), (files, head.clone()));
+    }
+    head
+}
+
+/// The files a root's HEAD is read from, as they are now: the git directory,
+/// HEAD's text, and the identity of HEAD, `commondir`, `packed-refs` and each
+/// reference HEAD leads to (git replaces a file it updates, so its inode changes).
+#[derive(Debug, PartialEq, Eq)]
+struct HeadFiles {
+    git_dir: PathBuf,
+    head: String,
+    stamps: Vec<Option<FileStamp>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    inode: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = fs::metadata(path).ok()?;
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            inode: std::os::unix::fs::MetadataExt::ino(&meta),
+        })
+    }
+}
+
+impl HeadFiles {
+    fn of(root: &Path) -> Option<HeadFiles> {
+        let git_dir = find_git_dir(root)?;
+        let head = fs::read_to_string(git_dir.join("HEAD")).ok()?;
+        let common = common_dir(&git_dir);
+        let mut paths = vec![
+            git_dir.join("HEAD"),
+            git_dir.join("commondir"),
+            common.join("packed-refs"),
+        ];
+        // A symbolic reference may lead to another; a few steps at most.
+        let mut text = head.clone();
+        for _ in 0..5 {
+            let Some(reference) = text.trim().strip_prefix("ref:").map(str::trim) else {
+                break;
+            };
+            let (own, shared) = (git_dir.join(reference), common.join(reference));
+            text = fs::read_to_string(&own)
+                .or_else(|_| fs::read_to_string(&shared))
+                .unwrap_or_default();
+            paths.extend([own, shared]);
+        }
+        Some(HeadFiles {
+            stamps: paths.iter().map(|p| FileStamp::of(p)).collect(),
+            git_dir,
+            head,
+        })
+    }
 }
 
 /// Opens the repository governing `root` with libgit2.
@@ -232,4 +315,62 @@ pub fn exclude_index_dir(git_dir: &Path) {
     }
     text.push_str(".ken/\n");
     let _ = fs::create_dir_all(&info).and_then(|_| fs::write(&exclude, text));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn head_is_read_again_after_commits_checkouts_and_packed_refs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        let commit = |message: &str| git(root, &["commit", "-q", "--allow-empty", "-m", message]);
+        commit("a");
+        // Each step moves HEAD; the kept answer must equal a fresh read.
+        let steps: [&[&str]; 6] = [
+            &["commit", "-q", "--allow-empty", "-m", "b"],
+            &["checkout", "-q", "-b", "feature"],
+            &["checkout", "-q", "--detach"],
+            &["checkout", "-q", "main"],
+            &["pack-refs", "--all"],
+            &["commit", "-q", "--allow-empty", "-m", "c"],
+        ];
+        let mut seen = vec![head(root)];
+        for step in steps {
+            git(root, step);
+            let now = head(root);
+            assert_eq!(now, head_with_libgit2(root).unwrap(), "after git {step:?}");
+            assert_eq!(now.commit.as_deref(), Some(git(root, &["rev-parse", "HEAD"]).as_str()));
+            seen.push(now);
+        }
+        assert_eq!(seen[2].branch.as_deref(), Some("feature"));
+        assert!(seen[3].detached);
+        assert_ne!(seen[1].commit, seen[0].commit);
+        assert_ne!(seen[6].commit, seen[5].commit);
+    }
 }
