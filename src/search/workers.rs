@@ -152,29 +152,39 @@ mod placement {
     /// embedding's products was often placed on the other worker's vCPU,
     /// where the two took turns (this VM's scheduler packs tasks).
     pub(super) fn spread_workers() {
-        let Some(allowed) = allowed() else { return };
+        let cores = allowed_cores();
         let mut placed = placed();
-        if placed.kept_off < 0 {
+        if placed.kept_off < 0 || cores.is_empty() {
             return;
         }
         placed.kept_off = -1;
-        // SAFETY: sched_getcpu has no preconditions; the set is a valid cpu_set_t.
+        // SAFETY: sched_getcpu has no preconditions.
         let here = unsafe { libc::sched_getcpu() };
-        let mut cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&core| unsafe { libc::CPU_ISSET(core, &allowed) })
-            .collect();
-        if let Some(at) = cores.iter().position(|&core| core as libc::c_int == here) {
-            cores[..=at].rotate_right(1);
-        }
+        let first = cores.iter().position(|&core| core as libc::c_int == here).unwrap_or(0);
         for (i, &tid) in placed.workers.iter().enumerate() {
+            // The searching thread's core, then the others in turn.
+            let core = cores[(first + i) % cores.len()];
             // SAFETY: a zeroed cpu_set_t is a valid empty set; the core is one
             // the process may use; otherwise as in `keep_workers_off_this_core`.
             unsafe {
                 let mut one: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cores[i % cores.len()], &mut one);
+                libc::CPU_SET(core, &mut one);
                 libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &one);
             }
         }
+    }
+
+    /// The cores in [`allowed`], in order, listed once.
+    fn allowed_cores() -> &'static [usize] {
+        static CORES: OnceLock<Vec<usize>> = OnceLock::new();
+        CORES.get_or_init(|| {
+            allowed().map_or_else(Vec::new, |set| {
+                (0..libc::CPU_SETSIZE as usize)
+                    // SAFETY: `core` is below the set's size.
+                    .filter(|&core| unsafe { libc::CPU_ISSET(core, &set) })
+                    .collect()
+            })
+        })
     }
 
     /// Each worker's affinity mask (tests).
